@@ -1,0 +1,123 @@
+"""The `audio-gateway` command: argv -> config -> logging -> run (serve, demo)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+from aiohttp import web
+
+from .app import create_app
+from .config import Config, ConfigError, load_config
+
+log = logging.getLogger("gateway")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="audio-gateway",
+        description="A sidecar in front of vLLM that turns file-path audio into audio parts.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway in front of an upstream")
+    serve.add_argument("--config", metavar="FILE.toml", help="TOML config (default: built-in)")
+    serve.add_argument("--host", help="override [server] host")
+    serve.add_argument("--port", type=int, help="override [server] port")
+    serve.add_argument("--upstream", metavar="URL", help="override [upstream] url")
+    serve.add_argument("--audio-root", metavar="DIR", help="override [audio] root")
+    serve.add_argument("--log-level", default="INFO")
+
+    demo = commands.add_parser(
+        "demo", help="run the gateway with a built-in stub upstream and show it working"
+    )
+    demo.add_argument("--port", type=int, default=0, help="gateway port (default: a free one)")
+    demo.add_argument(
+        "--keep-running", action="store_true", help="leave both servers up for trying curl by hand"
+    )
+    demo.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.command == "demo":
+        from .demo import run_demo
+
+        sys.exit(asyncio.run(run_demo(port=args.port, keep_running=args.keep_running)))
+    try:
+        config = serve_config(args)
+    except ConfigError as exc:
+        print(f"audio-gateway: {exc}", file=sys.stderr)
+        sys.exit(2)
+    serve(config)
+
+
+def serve_config(args: argparse.Namespace) -> Config:
+    config = load_config(args.config)
+    try:
+        return config.with_overrides(
+            server={"host": args.host, "port": args.port},
+            upstream={"url": args.upstream},
+            audio={"root": args.audio_root},
+        )
+    except Exception as exc:  # pydantic's ValidationError, named by the config module
+        from pydantic import ValidationError
+
+        from .config import describe_validation_error
+
+        if isinstance(exc, ValidationError):
+            raise ConfigError(f"command-line override: {describe_validation_error(exc)}") from exc
+        raise
+
+
+def serve(config: Config) -> None:
+    if config.splice.mode == "file_url":
+        roots = config.audio.effective_roots()
+        log.warning(
+            "splice.mode = 'file_url': vLLM must run with --allowed-local-media-path covering %s; "
+            "the gateway cannot verify that from here",
+            roots or "(no roots configured)",
+        )
+    log.info(
+        "audio-gateway on http://%s:%d -> %s",
+        config.server.host,
+        config.server.port,
+        config.upstream.url,
+    )
+    run_kwargs: dict[str, Any] = {}
+    loop = new_event_loop(config.server.event_loop)
+    if loop is not None:
+        run_kwargs["loop"] = loop
+    web.run_app(
+        create_app(config),
+        host=config.server.host,
+        port=config.server.port,
+        access_log=log if config.server.access_log else None,
+        handler_cancellation=True,  # a client that disconnects cancels its upstream request
+        print=None,
+        **run_kwargs,
+    )
+
+
+def new_event_loop(choice: str) -> asyncio.AbstractEventLoop | None:
+    """uvloop when asked for, or on "auto" when it is installed; None means asyncio's own."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("server.event_loop = 'uvloop' but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""create_app(config): the whole gateway wired on one screen.
+
+request -> sidechannel (what audio?) -> audio store (the bytes) -> splice -> relay
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from . import __version__
+from .audio import PathPolicy
+from .body import SegmentedPayload
+from .cache import AudioStore
+from .config import Config
+from .errors import GatewayError, InvalidRequest, PayloadTooLarge
+from .metrics import GatewayMetrics
+from .pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RewritePipeline, RouteShape
+from .relay import create_upstream_session, relay, request_headers_for_upstream, upstream_url
+
+log = logging.getLogger(__name__)
+
+config_key = web.AppKey("config_key", Config)
+metrics_key = web.AppKey("metrics_key", GatewayMetrics)
+session_key = web.AppKey("session_key", aiohttp.ClientSession)
+pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(config: Config) -> web.Application:
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes,
+        middlewares=[count_requests, errors_as_json],
+    )
+    app[config_key] = config
+    app[metrics_key] = GatewayMetrics()
+    app.cleanup_ctx.append(upstream_session)
+    app.cleanup_ctx.append(rewrite_pipeline)
+
+    chat_shape = CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
+    app.router.add_get("/gateway/health", health, name="gateway_health")
+    app.router.add_get("/gateway/metrics", metrics, name="gateway_metrics")
+    app.router.add_post("/v1/chat/completions", rewriting(chat_shape), name="chat_completions")
+    app.router.add_post("/v1/responses", rewriting(RESPONSES), name="responses")
+    app.router.add_route("*", "/{tail:.*}", passthrough, name="passthrough")
+    return app
+
+
+async def upstream_session(app: web.Application) -> AsyncIterator[None]:
+    app[session_key] = create_upstream_session(app[config_key].upstream)
+    yield
+    await app[session_key].close()
+
+
+async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
+    config = app[config_key]
+    policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
+    store = AudioStore(
+        config.cache,
+        app[metrics_key],
+        encode=config.splice.mode == "data_uri",
+        digest=config.splice.part_uuid,
+    )
+    app[pipeline_key] = RewritePipeline(config.splice, config.audio.max_clips, policy, store)
+    yield
+
+
+def rewriting(shape: RouteShape) -> Handler:
+    """The handler of a route whose body may carry the audio sidechannel."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        raw = await request.read()
+        payload = await request.app[pipeline_key].rewrite(raw, shape)
+        request.app[metrics_key].added_latency.labels(shape.name).observe(
+            time.perf_counter() - started
+        )
+        headers = request_headers_for_upstream(request, body_replaced=payload is not raw)
+        try:
+            return await _relay(request, data=payload, headers=headers)
+        finally:
+            if isinstance(payload, SegmentedPayload):
+                await payload.aclose()
+
+    return handle
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Every other route: relayed untouched, the body streamed through."""
+    headers = request_headers_for_upstream(request, body_replaced=False)
+    data = request.content if request.body_exists else None
+    return await _relay(request, data=data, headers=headers)
+
+
+async def _relay(request: web.Request, **kwargs: object) -> web.StreamResponse:
+    app = request.app
+    url = upstream_url(app[config_key].upstream.url, request)
+    return await relay(request, app[session_key], url, **kwargs)  # type: ignore[arg-type]
+
+
+async def health(request: web.Request) -> web.Response:
+    store = request.app[pipeline_key].store
+    return web.json_response(
+        {
+            "status": "ok",
+            "version": __version__,
+            "upstream": request.app[config_key].upstream.url,
+            "cache": {"entries": store.entries, "bytes": store.bytes},
+        }
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[metrics_key].render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+@web.middleware
+async def count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route = request.match_info.route.name or "unmatched"
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        request.app[metrics_key].requests.labels(route, str(status)).inc()
+
+
+@web.middleware
+async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place where gateway errors become OpenAI-style JSON responses."""
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        return _error_response(exc)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return _error_response(
+            PayloadTooLarge(
+                f"the request body exceeds server.max_body_bytes ({exc.text})",
+                code="request_too_large",
+            )
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error_response(InvalidRequest(exc.reason, code=f"http_{exc.status}"), exc.status)
+
+
+def _error_response(error: GatewayError, status: int | None = None) -> web.Response:
+    if error.status >= 500:
+        log.warning("%s: %s", error.code, error.message)
+    return web.json_response(error.to_json(), status=status or error.status)

@@ -1,0 +1,113 @@
+"""The path policy: where an audio path may point and what it may be.
+
+Everything here touches the file system and blocks, so the pipeline runs `resolve_all` in a
+worker thread, once per request for all its clips.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .config import AudioConfig
+from .errors import AudioNotFound, AudioOutsideRoots, InvalidRequest, PayloadTooLarge
+from .sidechannel import PathAudio
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedClip:
+    """A path that passed every check, with the file identity the checks saw."""
+
+    ref: PathAudio
+    real_path: str
+    size: int
+    mtime_ns: int
+    inode: int
+    device: int
+
+    @property
+    def cache_key(self) -> tuple[str, int, int]:
+        return (self.real_path, self.mtime_ns, self.size)
+
+
+class PathPolicy:
+    """Containment in the allowed roots, regular files only, a size limit."""
+
+    def __init__(self, root: str, allowed_real_roots: Iterable[str], max_file_bytes: int):
+        self.root = root
+        self.allowed_real_roots = tuple(allowed_real_roots)
+        self.max_file_bytes = max_file_bytes
+
+    @classmethod
+    def from_config(cls, audio: AudioConfig) -> PathPolicy:
+        """Blocking: resolves the configured roots to real paths once, at start-up."""
+        roots = [os.path.realpath(root) for root in audio.effective_roots()]
+        return cls(audio.root, roots, audio.max_file_bytes)
+
+    def resolve_all(self, refs: Iterable[PathAudio]) -> list[ResolvedClip]:
+        return [self.resolve(ref) for ref in refs]
+
+    def resolve(self, ref: PathAudio) -> ResolvedClip:
+        real_path = self._real_path(ref)
+        if not self._is_allowed(real_path):
+            # Same answer whether or not the file exists: a 403 must not probe the disk.
+            raise AudioOutsideRoots(
+                f"{ref.label}: {ref.given!r} is outside the allowed audio roots",
+                param=ref.param,
+                code="audio_path_forbidden",
+            )
+        try:
+            info = os.stat(real_path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise AudioNotFound(
+                f"{ref.label}: audio file {ref.given!r} does not exist",
+                param=ref.param,
+                code="audio_not_found",
+            ) from None
+        except OSError as exc:
+            raise AudioOutsideRoots(
+                f"{ref.label}: audio file {ref.given!r} cannot be read ({exc.strerror})",
+                param=ref.param,
+                code="audio_path_forbidden",
+            ) from None
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidRequest(
+                f"{ref.label}: {ref.given!r} is not a regular file",
+                param=ref.param,
+                code="not_a_regular_file",
+            )
+        if info.st_size > self.max_file_bytes:
+            raise PayloadTooLarge(
+                f"{ref.label}: {ref.given!r} is {info.st_size} bytes, over the limit of "
+                f"{self.max_file_bytes} bytes (audio.max_file_bytes)",
+                param=ref.param,
+                code="audio_too_large",
+            )
+        return ResolvedClip(
+            ref=ref,
+            real_path=real_path,
+            size=info.st_size,
+            mtime_ns=info.st_mtime_ns,
+            inode=info.st_ino,
+            device=info.st_dev,
+        )
+
+    def _real_path(self, ref: PathAudio) -> str:
+        path = ref.given
+        if not os.path.isabs(path):
+            if not self.root:
+                raise InvalidRequest(
+                    f"{ref.label}: relative path {path!r} needs audio.root, which is not set",
+                    param=ref.param,
+                    code="audio_root_unset",
+                )
+            path = os.path.join(self.root, path)
+        return os.path.realpath(path)
+
+    def _is_allowed(self, real_path: str) -> bool:
+        return any(
+            real_path == root or real_path.startswith(root.rstrip(os.sep) + os.sep)
+            for root in self.allowed_real_roots
+        )

@@ -1,0 +1,76 @@
+"""The outgoing request body as a sequence of segments, written straight to the upstream.
+
+The spliced body is serialised with a placeholder string where each clip's base64 belongs;
+the JSON is then cut at the placeholders and the clip's cached bytes (or its streamed chunks)
+go between the cuts. Multi-megabyte audio is never copied into a JSON string per request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.payload import Payload
+
+from .encoder import StreamedAudio
+
+Segment = bytes | StreamedAudio
+
+
+class Placeholders:
+    """Tokens standing for audio in the body; random per request, so no client text collides."""
+
+    def __init__(self) -> None:
+        self._prefix = f"@@audio-gateway:{os.urandom(8).hex()}:"
+        self._fills: list[tuple[bytes, tuple[Segment, ...]]] = []
+
+    def add(self, lead: bytes, segments: tuple[Segment, ...]) -> str:
+        """A token for a JSON string whose value is `lead` followed by `segments`."""
+        self._fills.append((lead, segments))
+        return f"{self._prefix}{len(self._fills) - 1}@@"
+
+    def render(self, body: dict[str, Any]) -> list[Segment]:
+        """Serialise `body` and put each placeholder's segments where its token stands."""
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        out: list[Segment] = []
+        position = 0
+        for index, (lead, segments) in enumerate(self._fills):
+            token = f'"{self._prefix}{index}@@"'.encode()
+            at = text.find(token, position)
+            if at < 0:
+                raise RuntimeError(f"placeholder {index} vanished from the spliced body")
+            out.append(text[position : at + 1] + lead)  # up to and with the opening quote
+            out.extend(segments)
+            position = at + len(token) - 1  # the closing quote starts the next text segment
+        out.append(text[position:])
+        return out
+
+
+class SegmentedPayload(Payload):
+    """An aiohttp payload of byte segments and streamed clips, with an exact length."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        super().__init__(segments, content_type="application/json")
+        self._segments = segments
+        self._size = sum(len(s) if isinstance(s, bytes) else s.nbytes for s in segments)
+
+    def streamed(self) -> Iterator[StreamedAudio]:
+        return (s for s in self._segments if isinstance(s, StreamedAudio))
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        for segment in self._segments:
+            if isinstance(segment, bytes):
+                await writer.write(segment)
+            else:
+                async for chunk in segment.chunks():
+                    await writer.write(chunk)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        raise TypeError("a segmented body is written to the wire, not decoded")
+
+    async def aclose(self) -> None:
+        for streamed in self.streamed():
+            await streamed.aclose()

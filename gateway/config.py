@@ -1,0 +1,156 @@
+"""The TOML configuration, validated by frozen pydantic models.
+
+Unknown keys are errors naming the key; sizes are integers of bytes or strings like "25MiB".
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+_SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_byte_size(value: Any) -> Any:
+    """Turn "25MiB" / "64 MB" / 1024 into a byte count; anything else is left to pydantic."""
+    if isinstance(value, str):
+        match = _SIZE_PATTERN.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _SIZE_UNITS:
+            raise ValueError(f"not a size: {value!r} (use bytes or e.g. '25MiB', '64MB', '1GiB')")
+        return int(float(match.group(1)) * _SIZE_UNITS[unit])
+    return value
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_byte_size), Field(ge=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: ByteSize = 64 * 1024**2
+    access_log: bool = False
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+
+
+class UpstreamConfig(_Section):
+    url: str = "http://127.0.0.1:8000"
+    connect_timeout_seconds: float = Field(10.0, gt=0)
+    read_timeout_seconds: float = Field(600.0, gt=0)
+    max_connections: int = Field(512, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_origin(cls, url: str) -> str:
+        if not re.match(r"^https?://[^/]+", url):
+            raise ValueError("must be an http(s) origin such as 'http://127.0.0.1:8000'")
+        return url.rstrip("/")
+
+
+class AudioConfig(_Section):
+    root: str = ""
+    allowed_roots: list[str] = []
+    max_file_bytes: ByteSize = 25 * 1024**2
+    max_clips: int = Field(16, ge=1)
+
+    @field_validator("root")
+    @classmethod
+    def _root_absolute(cls, root: str) -> str:
+        if root and not Path(root).is_absolute():
+            raise ValueError("must be an absolute directory path (or '' to refuse relative paths)")
+        return root
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _roots_absolute(cls, roots: list[str]) -> list[str]:
+        for root in roots:
+            if not Path(root).is_absolute():
+                raise ValueError(f"{root!r} is not an absolute directory path")
+        return roots
+
+    def effective_roots(self) -> list[str]:
+        """`allowed_roots`, defaulting to `[root]`; empty means no path is accepted."""
+        if self.allowed_roots:
+            return list(self.allowed_roots)
+        return [self.root] if self.root else []
+
+
+class CacheConfig(_Section):
+    max_bytes: ByteSize = 1024**3
+    max_item_bytes: ByteSize = 64 * 1024**2
+
+
+class SpliceConfig(_Section):
+    mode: Literal["data_uri", "file_url"] = "data_uri"
+    chat_part: Literal["audio_url", "input_audio"] = "audio_url"
+    part_uuid: bool = False
+
+
+class Config(_Section):
+    server: ServerConfig = ServerConfig()
+    upstream: UpstreamConfig = UpstreamConfig()
+    audio: AudioConfig = AudioConfig()
+    cache: CacheConfig = CacheConfig()
+    splice: SpliceConfig = SpliceConfig()
+
+    def with_overrides(self, **sections: dict[str, Any]) -> Config:
+        """A copy with some keys replaced, validated like the file (used by CLI flags)."""
+        data = self.model_dump()
+        for section, values in sections.items():
+            data[section].update({k: v for k, v in values.items() if v is not None})
+        return Config.model_validate(data)
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the key and the reason."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        reason = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+        lines.append(f"{key}: {reason}")
+    return "; ".join(lines)
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read and validate a TOML file; `None` gives the defaults."""
+    if path is None:
+        return Config()
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path} is not valid TOML: {exc}") from exc
+    return validate_config(data, source=str(path))
+
+
+def validate_config(data: dict[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {describe_validation_error(exc)}") from exc

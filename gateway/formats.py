@@ -1,0 +1,82 @@
+"""Audio container formats: the extension table, content sniffing and wire names. Pure."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import InvalidRequest
+
+MIME_BY_EXTENSION: dict[str, str] = {
+    ".wav": "audio/wav",
+    ".flac": "audio/flac",
+    ".mp3": "audio/mpeg",
+    ".m4a": "audio/mp4",
+    ".ogg": "audio/ogg",
+    ".opus": "audio/opus",
+}
+SUPPORTED_EXTENSIONS = ", ".join(MIME_BY_EXTENSION)
+
+# The `format` field of an `input_audio` part, by MIME type (aliases included for inline data).
+INPUT_AUDIO_FORMAT_BY_MIME: dict[str, str] = {
+    "audio/wav": "wav",
+    "audio/wave": "wav",
+    "audio/x-wav": "wav",
+    "audio/vnd.wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+    "audio/flac": "flac",
+    "audio/x-flac": "flac",
+    "audio/mp4": "m4a",
+    "audio/m4a": "m4a",
+    "audio/x-m4a": "m4a",
+    "audio/ogg": "ogg",
+    "audio/opus": "opus",
+}
+
+SNIFF_BYTES = 12
+
+
+def mime_for_extension(path: str, param: str, label: str) -> str:
+    """The MIME type the extension promises; 400 for an unsupported one."""
+    extension = os.path.splitext(path)[1].lower()
+    try:
+        return MIME_BY_EXTENSION[extension]
+    except KeyError:
+        raise InvalidRequest(
+            f"{label}: {path!r} has an unsupported extension {extension or '(none)'!r}; "
+            f"supported: {SUPPORTED_EXTENSIONS}",
+            param=param,
+            code="unsupported_audio_format",
+        ) from None
+
+
+def sniff_mime(head: bytes, claimed_mime: str) -> str | None:
+    """The MIME type the first bytes show, or None when they are no audio container.
+
+    Where the content is ambiguous between formats sharing a container (Ogg holds Vorbis or
+    Opus), the extension's claim decides.
+    """
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "audio/wav"
+    if head[:4] == b"fLaC":
+        return "audio/flac"
+    if head[:4] == b"OggS":
+        return claimed_mime if claimed_mime in ("audio/ogg", "audio/opus") else "audio/ogg"
+    if head[4:8] == b"ftyp":
+        return "audio/mp4"
+    if head[:3] == b"ID3" or (len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "audio/mpeg"
+    return None
+
+
+def input_audio_format(mime: str, param: str) -> str:
+    """The `input_audio.format` name of a MIME type; 400 when there is none."""
+    try:
+        return INPUT_AUDIO_FORMAT_BY_MIME[mime.lower()]
+    except KeyError:
+        raise InvalidRequest(
+            f"{param}: audio of type {mime!r} has no input_audio format "
+            f"(known: {', '.join(sorted(set(INPUT_AUDIO_FORMAT_BY_MIME.values())))})",
+            param=param,
+            code="unsupported_audio_format",
+        ) from None

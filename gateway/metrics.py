@@ -1,0 +1,58 @@
+"""Prometheus metrics of the gateway itself, served at /gateway/metrics.
+
+Each app has its own registry, so several gateways (tests, bench) can live in one process.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+ADDED_LATENCY_BUCKETS_SECONDS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.cache_hits = Counter(
+            "audio_gateway_cache_hits",
+            "Clip lookups served from the cache or by another request's in-flight encode.",
+            registry=registry,
+        )
+        self.cache_misses = Counter(
+            "audio_gateway_cache_misses",
+            "Clip lookups that read and encoded the file.",
+            registry=registry,
+        )
+        self.cache_bytes = Gauge(
+            "audio_gateway_cache_bytes", "Bytes held by the encoded-audio cache.", registry=registry
+        )
+        self.cache_entries = Gauge(
+            "audio_gateway_cache_entries",
+            "Clips held by the encoded-audio cache.",
+            registry=registry,
+        )
+        self.encoded_bytes = Counter(
+            "audio_gateway_encoded_bytes",
+            "Audio file bytes read and base64-encoded (cache misses and streamed clips).",
+            registry=registry,
+        )
+        self.requests = Counter(
+            "audio_gateway_requests",
+            "Requests answered, by route and HTTP status.",
+            ["route", "status"],
+            registry=registry,
+        )
+        self.added_latency = Histogram(
+            "audio_gateway_added_latency_seconds",
+            "Time the gateway spends on a rewritten request before handing it to the upstream "
+            "(parse, resolve, read/encode or cache lookup, splice, serialise).",
+            ["route"],
+            buckets=ADDED_LATENCY_BUCKETS_SECONDS,
+            registry=registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,179 @@
+"""One rewritten request: parse -> sidechannel -> audio -> splice -> segmented body.
+
+`RewritePipeline.rewrite` returns the original bytes when the request carries no sidechannel
+(forwarded byte-for-byte), else the spliced body as a `SegmentedPayload`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pybase64
+
+from .audio import PathPolicy, ResolvedClip
+from .body import Placeholders, Segment, SegmentedPayload
+from .cache import AudioStore
+from .config import SpliceConfig
+from .encoder import EncodedAudio, StreamedAudio
+from .errors import InvalidRequest
+from .formats import input_audio_format
+from .sidechannel import (
+    LEGACY_INLINE_KEY,
+    InlineAudio,
+    PathAudio,
+    read_sidechannel,
+    strip_sidechannel,
+)
+from .splice import Part, splice_chat, splice_responses
+
+log = logging.getLogger(__name__)
+
+FileAudio = EncodedAudio | StreamedAudio
+
+
+@dataclass(frozen=True, slots=True)
+class PathClip:
+    """A checked path and its audio (in file:// mode, just its sniffed MIME type and digest)."""
+
+    resolved: ResolvedClip
+    audio: FileAudio
+
+
+LoadedClip = InlineAudio | PathClip
+
+
+@dataclass(frozen=True, slots=True)
+class RouteShape:
+    """How one rewritten route takes its audio."""
+
+    name: str
+    splice: Callable[[dict[str, Any], list[Part]], None]
+    input_audio_parts: bool
+
+
+CHAT_AUDIO_URL = RouteShape("chat", splice_chat, input_audio_parts=False)
+CHAT_INPUT_AUDIO = RouteShape("chat", splice_chat, input_audio_parts=True)
+RESPONSES = RouteShape("responses", splice_responses, input_audio_parts=True)
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+class RewritePipeline:
+    def __init__(self, config: SpliceConfig, max_clips: int, policy: PathPolicy, store: AudioStore):
+        self.config = config
+        self.max_clips = max_clips
+        self.policy = policy
+        self.store = store
+        self.file_urls = config.mode == "file_url"
+        self._legacy_key_logged = False
+
+    async def rewrite(self, raw: bytes, shape: RouteShape) -> bytes | SegmentedPayload:
+        body = parse_json_object(raw)
+        sidechannel = read_sidechannel(body, self.max_clips)
+        if sidechannel is None:
+            return raw
+        if sidechannel.key == LEGACY_INLINE_KEY:
+            self._log_legacy_key_once()
+        strip_sidechannel(body, sidechannel.key)
+        clips = await self._load(sidechannel.clips)
+        try:
+            placeholders = Placeholders()
+            parts = [self._part(clip, shape, placeholders) for clip in clips]
+            shape.splice(body, parts)
+            return SegmentedPayload(placeholders.render(body))
+        except BaseException:
+            await _close_streams(clips)
+            raise
+
+    async def _load(self, refs: tuple[InlineAudio | PathAudio, ...]) -> list[LoadedClip]:
+        """The audio of every clip: paths resolved in one worker-thread hop, then read or cached."""
+        if isinstance(refs[0], InlineAudio):
+            return [refs[0]]
+        loop = asyncio.get_running_loop()
+        resolved: list[ResolvedClip] = await loop.run_in_executor(
+            None, self.policy.resolve_all, refs
+        )
+        if len(resolved) == 1:
+            return [PathClip(resolved[0], await self.store.get(resolved[0]))]
+        results = await asyncio.gather(*map(self.store.get, resolved), return_exceptions=True)
+        loaded = [
+            PathClip(clip, audio)
+            for clip, audio in zip(resolved, results, strict=True)
+            if not isinstance(audio, BaseException)
+        ]
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            await _close_streams(loaded)
+            raise failure
+        return loaded
+
+    def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
+        part: Part
+        if isinstance(clip, PathClip) and self.file_urls:
+            # input_audio has no URL form: in file:// mode every path clip is an audio_url part.
+            url = Path(clip.resolved.real_path).as_uri()
+            part = {"type": "audio_url", "audio_url": {"url": url}}
+        else:
+            mime, lead, segments = _base64_segments(clip)
+            if shape.input_audio_parts:
+                param = clip.param if isinstance(clip, InlineAudio) else clip.resolved.ref.param
+                token = placeholders.add(b"", segments)
+                data = {"data": token, "format": input_audio_format(mime, param)}
+                part = {"type": "input_audio", "input_audio": data}
+            else:
+                token = placeholders.add(lead, segments)
+                part = {"type": "audio_url", "audio_url": {"url": token}}
+        if self.config.part_uuid:
+            part["uuid"] = _content_sha256(clip)
+        return part
+
+    def _log_legacy_key_once(self) -> None:
+        if not self._legacy_key_logged:
+            self._legacy_key_logged = True
+            log.warning(
+                "metadata.audio_url is the deprecated name of metadata.audio_data; "
+                "it works, but rename it in your data (logged once)"
+            )
+
+
+def _base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:
+    """The clip's MIME type, its data-URI lead, and its base64 as body segments."""
+    if isinstance(clip, InlineAudio):
+        return clip.mime, clip.uri[: clip.payload_start].encode(), (clip.payload.encode(),)
+    audio = clip.audio
+    lead = b"data:" + audio.mime.encode() + b";base64,"
+    if isinstance(audio, StreamedAudio):
+        return audio.mime, lead, (audio,)
+    return audio.mime, lead, audio.pieces
+
+
+def _content_sha256(clip: LoadedClip) -> str:
+    """The sha256 of the audio bytes themselves, never of a path: vLLM trusts the uuid blindly."""
+    if isinstance(clip, InlineAudio):
+        return hashlib.sha256(pybase64.b64decode(clip.payload)).hexdigest()
+    if clip.audio.sha256 is None:
+        raise AssertionError("the audio store computes digests when part_uuid is on")
+    return clip.audio.sha256
+
+
+async def _close_streams(clips: list[LoadedClip]) -> None:
+    for clip in clips:
+        if isinstance(clip, PathClip) and isinstance(clip.audio, StreamedAudio):
+            await clip.audio.aclose()

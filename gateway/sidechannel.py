@@ -1,0 +1,167 @@
+"""Reading the audio sidechannel out of a request's `metadata`. Pure: no I/O.
+
+Exactly one of `audio_data` (legacy name `audio_url`), `audio_path` or `audio_paths` may be
+present; every malformed value is a 400 naming the key.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pybase64
+
+from .errors import InvalidRequest
+from .formats import mime_for_extension
+
+SIDECHANNEL_KEYS = ("audio_data", "audio_url", "audio_path", "audio_paths")
+LEGACY_INLINE_KEY = "audio_url"
+
+_DATA_URI = re.compile(r"^data:([A-Za-z0-9.+-]+/[A-Za-z0-9.+-]+)((?:;[^;,]+)*?);base64,", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class InlineAudio:
+    """A ready data URI from `audio_data`; `payload_start` is where the base64 begins."""
+
+    uri: str
+    mime: str
+    payload_start: int
+    param: str
+
+    @property
+    def payload(self) -> str:
+        return self.uri[self.payload_start :]
+
+
+@dataclass(frozen=True, slots=True)
+class PathAudio:
+    """One path as the client gave it, with the MIME type its extension promises."""
+
+    given: str
+    param: str  # the sidechannel key, e.g. "metadata.audio_paths"
+    label: str  # the key with the list index, for messages: "metadata.audio_paths[2]"
+    claimed_mime: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sidechannel:
+    key: str
+    clips: tuple[InlineAudio | PathAudio, ...]
+
+    @property
+    def param(self) -> str:
+        return f"metadata.{self.key}"
+
+
+def read_sidechannel(body: dict[str, Any], max_clips: int) -> Sidechannel | None:
+    """The validated sidechannel of a request body, or None when it carries none."""
+    metadata = body.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    present = [key for key in SIDECHANNEL_KEYS if key in metadata]
+    if not present:
+        return None
+    if len(present) > 1:
+        names = ", ".join(f"metadata.{key}" for key in present)
+        raise InvalidRequest(
+            f"{names}: give exactly one audio sidechannel key, not {len(present)}",
+            param=f"metadata.{present[0]}",
+            code="conflicting_audio_keys",
+        )
+    key = present[0]
+    value = metadata[key]
+    param = f"metadata.{key}"
+    if key in ("audio_data", LEGACY_INLINE_KEY):
+        return Sidechannel(key, (parse_data_uri(value, param),))
+    if key == "audio_path":
+        return Sidechannel(key, (_path_clip(value, param, param),))
+    paths = _path_list(value, param)
+    if len(paths) > max_clips:
+        raise InvalidRequest(
+            f"{param}: {len(paths)} clips exceed the limit of {max_clips} per request",
+            param=param,
+            code="too_many_clips",
+        )
+    return Sidechannel(
+        key, tuple(_path_clip(path, param, f"{param}[{i}]") for i, path in enumerate(paths))
+    )
+
+
+def strip_sidechannel(body: dict[str, Any], key: str) -> None:
+    """Remove the consumed key; drop `metadata` when nothing else is left in it."""
+    metadata = body["metadata"]
+    del metadata[key]
+    if not metadata:
+        del body["metadata"]
+
+
+def parse_data_uri(value: Any, param: str) -> InlineAudio:
+    if not isinstance(value, str):
+        raise _invalid(param, f"must be a data URI string, got {type(value).__name__}")
+    if not value:
+        raise _empty(param)
+    match = _DATA_URI.match(value)
+    if match is None:
+        raise _invalid(param, f"is not a 'data:audio/<fmt>;base64,...' URI: {value[:48]!r}")
+    mime = match.group(1).lower()
+    if not mime.startswith("audio/"):
+        raise _invalid(param, f"has MIME type {mime!r}; an audio/* type is required")
+    start = match.end()
+    if start == len(value):
+        raise _invalid(param, "has an empty base64 payload")
+    try:
+        pybase64.b64decode(value[start:], validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid(param, "does not hold valid base64 after ';base64,'") from None
+    return InlineAudio(uri=value, mime=mime, payload_start=start, param=param)
+
+
+def _path_clip(value: Any, param: str, label: str) -> PathAudio:
+    if not isinstance(value, str):
+        raise _invalid(param, f"must be a path string, got {type(value).__name__}", label)
+    if not value:
+        raise _empty(param, label)
+    if "\x00" in value:
+        raise _invalid(param, "contains a NUL byte", label)
+    return PathAudio(
+        given=value, param=param, label=label, claimed_mime=mime_for_extension(value, param, label)
+    )
+
+
+def _path_list(value: Any, param: str) -> list[Any]:
+    """A list, or (metadata being string-to-string) a string holding a JSON array."""
+    if isinstance(value, str):
+        if not value:
+            raise _empty(param)
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise _invalid(
+                param, "must be a list of paths or a string holding a JSON array of paths"
+            ) from None
+    if not isinstance(value, list):
+        raise _invalid(param, f"must be a list of path strings, got {type(value).__name__}")
+    if not value:
+        raise _empty(param)
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _invalid(
+                param, f"must be a path string, got {type(item).__name__}", f"{param}[{index}]"
+            )
+    return value
+
+
+def _invalid(param: str, reason: str, label: str | None = None) -> InvalidRequest:
+    return InvalidRequest(f"{label or param} {reason}", param=param, code="invalid_audio_reference")
+
+
+def _empty(param: str, label: str | None = None) -> InvalidRequest:
+    return InvalidRequest(
+        f"{label or param} is empty: an empty audio reference is a bug in the data, not 'no audio'",
+        param=param,
+        code="empty_audio_reference",
+    )

@@ -1,0 +1,75 @@
+"""Putting audio parts into a request body. Pure: takes the parsed body and the parts.
+
+Same semantics as NeMo Gym's vllm_model: the parts go at the front of the last user message,
+in clip order; text stays after them; without a user message one is appended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidRequest
+
+Part = dict[str, Any]
+
+
+def splice_chat(body: dict[str, Any], parts: list[Part]) -> None:
+    """Chat completions: string content becomes a `text` part after the audio."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidRequest(
+            "messages must be a list to receive the audio",
+            param="messages",
+            code="invalid_messages",
+        )
+    message = _last_user_message(messages)
+    if message is None:
+        messages.append({"role": "user", "content": list(parts)})
+        return
+    message["content"] = _prepend(parts, message.get("content"), "text", "messages")
+
+
+def splice_responses(body: dict[str, Any], parts: list[Part]) -> None:
+    """Responses: a string `input` becomes one user message; text parts are `input_text`."""
+    items = body.get("input")
+    if items is None or isinstance(items, str):
+        content = list(parts) if items is None else _prepend(parts, items, "input_text", "input")
+        body["input"] = [{"role": "user", "content": content}]
+        return
+    if not isinstance(items, list):
+        raise InvalidRequest(
+            "input must be a string or a list to receive the audio",
+            param="input",
+            code="invalid_input",
+        )
+    message = _last_user_message(items)
+    if message is None:
+        items.append({"role": "user", "content": list(parts)})
+        return
+    message["content"] = _prepend(parts, message.get("content"), "input_text", "input")
+
+
+def _last_user_message(items: list[Any]) -> dict[str, Any] | None:
+    for item in reversed(items):
+        if (
+            isinstance(item, dict)
+            and item.get("role") == "user"
+            and item.get("type", "message") == "message"
+        ):
+            return item
+    return None
+
+
+def _prepend(parts: list[Part], content: Any, text_type: str, param: str) -> list[Any]:
+    if content is None:
+        return list(parts)
+    if isinstance(content, str):
+        return [*parts, {"type": text_type, "text": content}]
+    if isinstance(content, list):
+        return [*parts, *content]
+    raise InvalidRequest(
+        f"the last user message's content must be a string, a list or null, "
+        f"not {type(content).__name__}",
+        param=param,
+        code="invalid_content",
+    )
