@@ -110,7 +110,7 @@ def create_stub_app(
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/responses", responses)
     app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", lambda _: web.Response(status=200))
+    app.router.add_get("/health", vllm_health)
     app.router.add_get("/metrics", vllm_metrics)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/stub/hang", hang)
@@ -479,6 +479,10 @@ async def models(request: web.Request) -> web.Response:
             "data": [{"id": "stub-audio-model", "object": "model", "owned_by": "stub"}],
         }
     )
+
+
+async def vllm_health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
 
 
 async def vllm_metrics(request: web.Request) -> web.Response:
