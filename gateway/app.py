@@ -9,8 +9,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from . import __version__
@@ -21,13 +21,20 @@ from .config import Config
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
 from .pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RewritePipeline, RouteShape
-from .relay import create_upstream_session, relay, request_headers_for_upstream, upstream_url
+from .relay import (
+    create_upstream_pool,
+    relay,
+    request_body_chunks,
+    request_headers_for_upstream,
+    upstream_target,
+)
+from .upstream import UpstreamPool
 
 log = logging.getLogger(__name__)
 
 config_key = web.AppKey("config_key", Config)
 metrics_key = web.AppKey("metrics_key", GatewayMetrics)
-session_key = web.AppKey("session_key", aiohttp.ClientSession)
+upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -40,7 +47,7 @@ def create_app(config: Config) -> web.Application:
     )
     app[config_key] = config
     app[metrics_key] = GatewayMetrics()
-    app.cleanup_ctx.append(upstream_session)
+    app.cleanup_ctx.append(upstream_pool)
     app.cleanup_ctx.append(rewrite_pipeline)
 
     chat_shape = CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
@@ -52,10 +59,10 @@ def create_app(config: Config) -> web.Application:
     return app
 
 
-async def upstream_session(app: web.Application) -> AsyncIterator[None]:
-    app[session_key] = create_upstream_session(app[config_key].upstream)
+async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
+    app[upstream_key] = create_upstream_pool(app[config_key].upstream)
     yield
-    await app[session_key].close()
+    app[upstream_key].close()
 
 
 async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
@@ -81,9 +88,12 @@ def rewriting(shape: RouteShape) -> Handler:
         request.app[metrics_key].added_latency.labels(shape.name).observe(
             time.perf_counter() - started
         )
-        headers = request_headers_for_upstream(request, body_replaced=payload is not raw)
+        headers = request_headers_for_upstream(request)
+        if payload is not raw:
+            headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+            headers.append(("Content-Type", "application/json"))
         try:
-            return await _relay(request, data=payload, headers=headers)
+            return await _relay(request, headers=headers, body=payload)
         finally:
             if isinstance(payload, SegmentedPayload):
                 await payload.aclose()
@@ -93,15 +103,19 @@ def rewriting(shape: RouteShape) -> Handler:
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Every other route: relayed untouched, the body streamed through."""
-    headers = request_headers_for_upstream(request, body_replaced=False)
-    data = request.content if request.body_exists else None
-    return await _relay(request, data=data, headers=headers)
+    headers = request_headers_for_upstream(request)
+    if not request.body_exists:
+        return await _relay(request, headers=headers, body=None)
+    decoded = "Content-Encoding" in request.headers  # aiohttp decoded it: length unknown
+    length = None if decoded else request.content_length
+    body = request_body_chunks(request)
+    return await _relay(request, headers=headers, body=body, content_length=length)
 
 
-async def _relay(request: web.Request, **kwargs: object) -> web.StreamResponse:
+async def _relay(request: web.Request, **kwargs: Any) -> web.StreamResponse:
     app = request.app
-    url = upstream_url(app[config_key].upstream.url, request)
-    return await relay(request, app[session_key], url, **kwargs)  # type: ignore[arg-type]
+    target = upstream_target(app[config_key].upstream.url, request)
+    return await relay(request, app[upstream_key], target, **kwargs)
 
 
 async def health(request: web.Request) -> web.Response:

@@ -7,13 +7,12 @@ go between the cuts. Multi-megabyte audio is never copied into a JSON string per
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from aiohttp.abc import AbstractStreamWriter
-from aiohttp.payload import Payload
 
 from .encoder import StreamedAudio
 
@@ -49,27 +48,31 @@ class Placeholders:
         return out
 
 
-class SegmentedPayload(Payload):
-    """An aiohttp payload of byte segments and streamed clips, with an exact length."""
+class SegmentedPayload:
+    """A request body of byte segments and streamed clips, with its exact length."""
 
     def __init__(self, segments: list[Segment]) -> None:
-        super().__init__(segments, content_type="application/json")
         self._segments = segments
-        self._size = sum(len(s) if isinstance(s, bytes) else s.nbytes for s in segments)
+        self.size = sum(len(s) if isinstance(s, bytes) else s.nbytes for s in segments)
 
     def streamed(self) -> Iterator[StreamedAudio]:
         return (s for s in self._segments if isinstance(s, StreamedAudio))
 
-    async def write(self, writer: AbstractStreamWriter) -> None:
+    async def write_to(
+        self, transport: asyncio.WriteTransport, head: bytes, drain: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Write `head` and the segments; runs of bytes go out in one writelines call."""
+        pending: list[bytes] = [head]
         for segment in self._segments:
             if isinstance(segment, bytes):
-                await writer.write(segment)
-            else:
-                async for chunk in segment.chunks():
-                    await writer.write(chunk)
-
-    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        raise TypeError("a segmented body is written to the wire, not decoded")
+                pending.append(segment)
+                continue
+            transport.writelines(pending)
+            pending = []
+            async for chunk in segment.chunks():
+                transport.write(chunk)
+                await drain()
+        transport.writelines(pending)
 
     async def aclose(self) -> None:
         for streamed in self.streamed():

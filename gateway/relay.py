@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from .body import SegmentedPayload
 from .config import UpstreamConfig
 from .errors import UpstreamTimeout, UpstreamUnavailable
+from .upstream import RawHeaders, UpstreamClosed, UpstreamPool, UpstreamResponse, UpstreamTimedOut
 
 log = logging.getLogger(__name__)
 
@@ -36,26 +37,24 @@ HOP_BY_HOP_HEADERS = frozenset(
         "upgrade",
     }
 )
+FRAMING_HEADERS = frozenset({"host", "content-length", "content-encoding"})
 BUFFERED_RESPONSE_MAX_BYTES = 1024 * 1024  # larger or unsized answers are streamed
-STREAM_CHUNK_BYTES = 64 * 1024
 
 
-def create_upstream_session(config: UpstreamConfig) -> aiohttp.ClientSession:
-    """The process's one pooled session; it neither decompresses nor adds headers."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=config.max_connections, ttl_dns_cache=300),
-        timeout=aiohttp.ClientTimeout(
-            total=None,
-            connect=config.connect_timeout_seconds,
-            sock_read=config.read_timeout_seconds,
-        ),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+def create_upstream_pool(config: UpstreamConfig) -> UpstreamPool:
+    """The process's one pool of keep-alive connections to the upstream."""
+    return UpstreamPool(
+        config.url,
+        connect_timeout=config.connect_timeout_seconds,
+        read_timeout=config.read_timeout_seconds,
+        max_connections=config.max_connections,
     )
 
 
-def upstream_url(origin: str, request: web.Request) -> URL:
-    return URL(origin + request.raw_path, encoded=True)
+def upstream_target(origin: str, request: web.Request) -> str:
+    """The request target upstream: the origin's own path prefix (if any) plus the client's."""
+    prefix = URL(origin).raw_path.rstrip("/")
+    return prefix + request.raw_path
 
 
 def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
@@ -65,92 +64,96 @@ def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
     return named
 
 
-def request_headers_for_upstream(request: web.Request, *, body_replaced: bool) -> CIMultiDict[str]:
-    """The client's headers minus hop-by-hop ones, Host and the framing aiohttp recomputes.
+def request_headers_for_upstream(request: web.Request) -> list[tuple[str, str]]:
+    """The client's headers minus hop-by-hop ones, Host, and the framing the relay recomputes.
 
-    aiohttp's server has already decoded any request Content-Encoding, so that header (and the
-    length it framed) cannot be forwarded either.
+    aiohttp's server has already decoded any request Content-Encoding, so that header cannot be
+    forwarded either.
     """
-    drop = HOP_BY_HOP_HEADERS | _connection_named(request.headers) | {"host"}
-    if body_replaced or "Content-Encoding" in request.headers:
-        drop |= {"content-length", "content-encoding"}
-    return CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in drop)
+    drop = HOP_BY_HOP_HEADERS | _connection_named(request.headers) | FRAMING_HEADERS
+    return [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
 
 
-def response_headers_for_client(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    drop = HOP_BY_HOP_HEADERS | _connection_named(headers) | {"content-length"}
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+def response_headers_for_client(headers: RawHeaders) -> CIMultiDict[str]:
+    named = set()
+    for key, value in headers:
+        if key.lower() == b"connection":
+            named.update(token.strip().lower() for token in value.decode("latin-1").split(","))
+    drop = HOP_BY_HOP_HEADERS | named | {"content-length"}
+    return CIMultiDict(
+        (key.decode("latin-1"), value.decode("latin-1"))
+        for key, value in headers
+        if key.decode("latin-1").lower() not in drop
+    )
 
 
 @contextmanager
-def upstream_errors(url: URL) -> Iterator[None]:
+def upstream_errors(pool: UpstreamPool) -> Iterator[None]:
     """Translate transport failures into the gateway's 502/504."""
+    origin = f"{pool.host}:{pool.port}"
     try:
         yield
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+    except UpstreamTimedOut as exc:
         raise UpstreamTimeout(
-            f"the upstream {url.origin()} did not answer in time", code="upstream_timeout"
+            f"the upstream {origin} did not answer in time: {exc}", code="upstream_timeout"
         ) from exc
-    except aiohttp.ClientError as exc:
+    except (OSError, UpstreamClosed) as exc:
         raise UpstreamUnavailable(
-            f"the upstream {url.origin()} is unreachable: {exc.__class__.__name__}: {exc}",
+            f"the upstream {origin} is unreachable: {exc.__class__.__name__}: {exc}",
             code="upstream_unreachable",
         ) from exc
 
 
 async def relay(
     request: web.Request,
-    session: aiohttp.ClientSession,
-    url: URL,
+    pool: UpstreamPool,
+    target: str,
     *,
-    data: Any,
-    headers: CIMultiDict[str],
+    headers: list[tuple[str, str]],
+    body: bytes | SegmentedPayload | AsyncIterator[bytes] | None,
+    content_length: int | None = None,
 ) -> web.StreamResponse:
     """Send one request upstream and copy its answer back to the client."""
-    with upstream_errors(url):
-        upstream = await session.request(request.method, url, data=data, headers=headers)
+    with upstream_errors(pool):
+        upstream = await pool.request(request.method, target, headers, body, content_length)
     try:
         if _should_stream(upstream):
             return await _stream_back(request, upstream)
-        with upstream_errors(url):
-            body = await upstream.read()
+        with upstream_errors(pool):
+            content = await upstream.read()
         return web.Response(
             status=upstream.status,
-            reason=upstream.reason,
             headers=response_headers_for_client(upstream.headers),
-            body=body,
+            body=content,
         )
     finally:
         upstream.close()
 
 
-def _should_stream(upstream: aiohttp.ClientResponse) -> bool:
+def _should_stream(upstream: UpstreamResponse) -> bool:
     length = upstream.content_length
+    content_type = upstream.header(b"content-type") or b""
     return (
         length is None
         or length > BUFFERED_RESPONSE_MAX_BYTES
-        or upstream.content_type == "text/event-stream"
+        or content_type.startswith(b"text/event-stream")
     )
 
 
-async def _stream_back(
-    request: web.Request, upstream: aiohttp.ClientResponse
-) -> web.StreamResponse:
+async def _stream_back(request: web.Request, upstream: UpstreamResponse) -> web.StreamResponse:
     response = web.StreamResponse(
-        status=upstream.status,
-        reason=upstream.reason,
-        headers=response_headers_for_client(upstream.headers),
+        status=upstream.status, headers=response_headers_for_client(upstream.headers)
     )
     response.headers["X-Accel-Buffering"] = "no"
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     await response.prepare(request)
     try:
-        async for chunk in _chunks(upstream):
+        async for chunk in upstream.chunks():
             await response.write(chunk)
-    except (TimeoutError, aiohttp.ClientError) as exc:
+    except (UpstreamClosed, UpstreamTimedOut, OSError) as exc:
         # The status line is gone already: all that is left is to cut the client off.
-        log.warning("upstream %s failed mid-response: %r", upstream.url, exc)
+        log.warning("upstream failed mid-response to %s: %r", request.path, exc)
         if request.transport is not None:
             request.transport.close()
         return response
@@ -158,10 +161,7 @@ async def _stream_back(
     return response
 
 
-async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """Whatever has arrived, as soon as it arrives: SSE events are never held back."""
-    while True:
-        chunk = await upstream.content.readany()
-        if not chunk:
-            return
+async def request_body_chunks(request: web.Request) -> AsyncIterator[bytes]:
+    """The client's body as it arrives, for the passthrough relay."""
+    while chunk := await request.content.readany():
         yield chunk
