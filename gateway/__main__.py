@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from typing import Any
@@ -14,6 +15,8 @@ from .app import create_app
 from .config import Config, ConfigError, load_config
 
 log = logging.getLogger("gateway")
+
+GC_YOUNG_THRESHOLD = 20_000  # allocations between young-generation collections
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +94,7 @@ def serve(config: Config) -> None:
         config.server.port,
         config.upstream.url,
     )
+    tune_garbage_collector()
     run_kwargs: dict[str, Any] = {}
     loop = new_event_loop(config.server.event_loop)
     if loop is not None:
@@ -104,6 +108,15 @@ def serve(config: Config) -> None:
         print=None,
         **run_kwargs,
     )
+
+
+def tune_garbage_collector() -> None:
+    """Fewer young-generation collections: each request allocates a few hundred short-lived
+    objects, and the default threshold of 700 ran a collection every few requests. The
+    objects alive at start-up are frozen out of every later collection."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
 def new_event_loop(choice: str) -> asyncio.AbstractEventLoop | None:

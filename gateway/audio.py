@@ -6,8 +6,11 @@ worker thread, once per request for all its clips.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import queue
 import stat
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -111,3 +114,70 @@ class PathPolicy:
             real_path == root or real_path.startswith(root.rstrip(os.sep) + os.sep)
             for root in self.allowed_real_roots
         )
+
+
+Outcome = list[ResolvedClip] | Exception
+Batch = list[tuple[list[PathAudio], "asyncio.Future[list[ResolvedClip]]"]]
+
+
+class BatchedResolver:
+    """Runs `PathPolicy.resolve_all` on worker threads, one thread hop per batch of requests.
+
+    Every request that asks during one event-loop iteration joins the same batch, so under load
+    the hand-off to a thread (a queue put, a wake-up, one `call_soon_threadsafe` back) is paid
+    once per batch rather than once per request; `queue.SimpleQueue` keeps that hand-off far
+    cheaper than an executor's futures. File-system calls never run on the event loop.
+    """
+
+    def __init__(self, policy: PathPolicy, threads: int = 4) -> None:
+        self.policy = policy
+        self._pending: Batch = []
+        self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, Batch] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [
+            threading.Thread(target=self._work, name=f"audio-resolver-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    async def resolve(self, refs: list[PathAudio]) -> list[ResolvedClip]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[ResolvedClip]] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._dispatch, loop)
+        self._pending.append((refs, future))
+        return await future
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch, self._pending = self._pending, []
+        self._queue.put((loop, batch))
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            loop, batch = item
+            outcomes: list[tuple[asyncio.Future[list[ResolvedClip]], Outcome]] = []
+            for refs, future in batch:
+                try:
+                    outcomes.append((future, self.policy.resolve_all(refs)))
+                except Exception as exc:  # delivered to its own request only
+                    outcomes.append((future, exc))
+            try:
+                loop.call_soon_threadsafe(_deliver, outcomes)
+            except RuntimeError:
+                pass  # the loop closed while this batch was resolved
+
+
+def _deliver(outcomes: list[tuple[asyncio.Future[list[ResolvedClip]], Outcome]]) -> None:
+    for future, outcome in outcomes:
+        if future.done():  # the request was cancelled meanwhile
+            continue
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)

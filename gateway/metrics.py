@@ -54,5 +54,15 @@ class GatewayMetrics:
             registry=registry,
         )
 
+        self._request_counters: dict[tuple[str, int], Counter] = {}
+
+    def count_request(self, route: str, status: int) -> None:
+        """`requests.labels(...).inc()`, with the labelled child looked up once per pair."""
+        key = (route, status)
+        counter = self._request_counters.get(key)
+        if counter is None:
+            counter = self._request_counters[key] = self.requests.labels(route, str(status))
+        counter.inc()
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

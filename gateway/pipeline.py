@@ -17,7 +17,7 @@ from typing import Any
 
 import pybase64
 
-from .audio import PathPolicy, ResolvedClip
+from .audio import BatchedResolver, PathPolicy, ResolvedClip
 from .body import Placeholders, Segment, SegmentedPayload
 from .cache import AudioStore
 from .config import SpliceConfig
@@ -79,7 +79,7 @@ class RewritePipeline:
     def __init__(self, config: SpliceConfig, max_clips: int, policy: PathPolicy, store: AudioStore):
         self.config = config
         self.max_clips = max_clips
-        self.policy = policy
+        self.resolver = BatchedResolver(policy)
         self.store = store
         self.file_urls = config.mode == "file_url"
         self._legacy_key_logged = False
@@ -106,10 +106,7 @@ class RewritePipeline:
         """The audio of every clip: paths resolved in one worker-thread hop, then read or cached."""
         if isinstance(refs[0], InlineAudio):
             return [refs[0]]
-        loop = asyncio.get_running_loop()
-        resolved: list[ResolvedClip] = await loop.run_in_executor(
-            None, self.policy.resolve_all, refs
-        )
+        resolved = await self.resolver.resolve(refs)  # type: ignore[arg-type]
         if len(resolved) == 1:
             return [PathClip(resolved[0], await self.store.get(resolved[0]))]
         results = await asyncio.gather(*map(self.store.get, resolved), return_exceptions=True)

@@ -253,8 +253,10 @@ class UpstreamPool:
         connection that turns out to be dead is retried once on a fresh one when the body
         can be sent again.
         """
-        replayable = body is None or isinstance(body, bytes) or (
-            isinstance(body, SegmentedPayload) and not any(body.streamed())
+        replayable = (
+            body is None
+            or isinstance(body, bytes)
+            or (isinstance(body, SegmentedPayload) and not any(body.streamed()))
         )
         head_only = method == "HEAD"
         if self._slots is not None:
