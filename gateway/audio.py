@@ -7,6 +7,7 @@ worker thread, once per request for all its clips.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import stat
@@ -167,10 +168,8 @@ class BatchedResolver:
                     outcomes.append((future, self.policy.resolve_all(refs)))
                 except Exception as exc:  # delivered to its own request only
                     outcomes.append((future, exc))
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(_deliver, outcomes)
-            except RuntimeError:
-                pass  # the loop closed while this batch was resolved
 
 
 def _deliver(outcomes: list[tuple[asyncio.Future[list[ResolvedClip]], Outcome]]) -> None:

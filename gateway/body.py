@@ -13,7 +13,6 @@ import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-
 from .encoder import StreamedAudio
 
 Segment = bytes | StreamedAudio

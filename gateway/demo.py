@@ -33,14 +33,17 @@ async def start_site(app: web.Application, port: int = 0) -> tuple[web.AppRunner
     return runner, runner.addresses[0][1]
 
 
-def demo_requests(audio_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+PROMPT = [{"role": "user", "content": "Transcribe the audio."}]
+
+
+def demo_sidechannels(audio_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """One request's metadata per sidechannel form."""
     inline = pybase64.b64encode((audio_dir / "tone_440hz.wav").read_bytes()).decode()
-    prompt = [{"role": "user", "content": "Transcribe the audio."}]
     return [
         ("audio_path", {"audio_path": "tone_440hz.wav"}),
         ("audio_paths", {"audio_paths": ["tone_660hz.wav", "tone_880hz.wav"]}),
         ("audio_data", {"audio_data": f"data:audio/wav;base64,{inline}"}),
-    ], prompt  # type: ignore[return-value]
+    ]
 
 
 async def run_demo(port: int = 0, keep_running: bool = False) -> int:
@@ -76,11 +79,10 @@ async def run_demo(port: int = 0, keep_running: bool = False) -> int:
 
 
 async def _send_all(gateway_url: str, audio_dir: Path, digests: dict[str, str]) -> bool:
-    forms, prompt = demo_requests(audio_dir)  # type: ignore[misc]
     ok = True
     async with aiohttp.ClientSession() as session:
-        for form, metadata in forms:
-            body = {"model": "demo", "messages": prompt, "metadata": metadata}
+        for form, metadata in demo_sidechannels(audio_dir):
+            body = {"model": "demo", "messages": PROMPT, "metadata": metadata}
             async with session.post(f"{gateway_url}/v1/chat/completions", json=body) as response:
                 answer = await response.json()
             print(f"metadata.{form} -> HTTP {response.status}")

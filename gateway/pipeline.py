@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,7 @@ class RewritePipeline:
         if len(resolved) == 1:
             return [PathClip(resolved[0], await self.store.get(resolved[0]))]
         results = await asyncio.gather(*map(self.store.get, resolved), return_exceptions=True)
-        loaded = [
+        loaded: list[LoadedClip] = [
             PathClip(clip, audio)
             for clip, audio in zip(resolved, results, strict=True)
             if not isinstance(audio, BaseException)
@@ -170,7 +170,7 @@ def _content_sha256(clip: LoadedClip) -> str:
     return clip.audio.sha256
 
 
-async def _close_streams(clips: list[LoadedClip]) -> None:
+async def _close_streams(clips: Sequence[LoadedClip]) -> None:
     for clip in clips:
         if isinstance(clip, PathClip) and isinstance(clip.audio, StreamedAudio):
             await clip.audio.aclose()

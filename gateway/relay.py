@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -58,7 +57,7 @@ def upstream_target(origin: str, request: web.Request) -> str:
 
 
 def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
-    named = set()
+    named: set[str] = set()
     for value in headers.getall("Connection", ()):
         named.update(token.strip().lower() for token in value.split(","))
     return named
@@ -75,7 +74,7 @@ def request_headers_for_upstream(request: web.Request) -> list[tuple[str, str]]:
 
 
 def response_headers_for_client(headers: RawHeaders) -> CIMultiDict[str]:
-    named = set()
+    named: set[str] = set()
     for key, value in headers:
         if key.lower() == b"connection":
             named.update(token.strip().lower() for token in value.decode("latin-1").split(","))

@@ -130,7 +130,8 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
             ReceivedRequest(request.method, request.path_qs, dict(request.headers), body)
         )
     try:
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
     except StubRejection as exc:
         state.rejected += 1
         return vllm_error(str(exc))
@@ -487,7 +488,10 @@ async def vllm_health(request: web.Request) -> web.Response:
 
 async def vllm_metrics(request: web.Request) -> web.Response:
     state = request.app[stub_state_key]
-    text = f"# TYPE vllm:request_success_total counter\nvllm:request_success_total {state.request_count}\n"
+    text = (
+        "# TYPE vllm:request_success_total counter\n"
+        f"vllm:request_success_total {state.request_count}\n"
+    )
     return web.Response(text=text, content_type="text/plain")
 
 

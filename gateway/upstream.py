@@ -164,7 +164,7 @@ class _Connection(asyncio.Protocol):
 async def _within(future: asyncio.Future[None], timeout: float) -> None:
     try:
         await asyncio.wait_for(future, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise UpstreamTimedOut(f"no data from the upstream for {timeout:g} s") from None
 
 
@@ -298,7 +298,7 @@ class UpstreamPool:
                 ),
                 self.connect_timeout,
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamTimedOut(
                 f"connecting to the upstream took over {self.connect_timeout:g} s"
             ) from None
@@ -336,11 +336,10 @@ class UpstreamPool:
             transport.write(b"".join(lines))
             return
         chunked = content_length is None
-        lines.append(
-            b"\r\nTransfer-Encoding: chunked\r\n\r\n"
-            if chunked
-            else b"\r\nContent-Length: %d\r\n\r\n" % content_length
-        )
+        if content_length is None:
+            lines.append(b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        else:
+            lines.append(b"\r\nContent-Length: %d\r\n\r\n" % content_length)
         transport.write(b"".join(lines))
         async for chunk in body:
             if not chunk:
