@@ -1,0 +1,85 @@
+"""CPU time and memory of benchmarked processes, read from /proc (Linux only).
+
+CPU is utime+stime of every thread (the figures in /proc/<pid>/stat already include all of a
+process's threads); a proxy is its whole process tree (nginx: master + worker). Peak RSS is
+VmHWM, which cannot be reset: a clean peak for one request needs a fresh process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+KIB = 1024
+MIB = 1024 * 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (all its threads), 0.0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    fields = raw[raw.rindex(b")") + 2 :].split()  # the command name may hold spaces
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / CLOCK_TICKS_PER_SECOND
+
+
+def total_cpu_seconds(pids: Iterable[int]) -> float:
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(raw[raw.rindex(b")") + 2 :].split()[1])
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and all its descendants alive now."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            parent = parent_of(int(entry))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
+    tree, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        tree.append(pid)
+        pending.extend(children.get(pid, ()))
+    return tree
+
+
+def status_bytes(pid: int, field: str) -> int:
+    """A memory line of /proc/<pid>/status (VmRSS, VmHWM, ...) in bytes; 0 when absent."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * KIB
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def peak_rss_bytes(pids: Iterable[int]) -> int:
+    """The sum of the processes' VmHWM (each one's own peak since it started)."""
+    return sum(status_bytes(pid, "VmHWM") for pid in pids)
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    return sum(status_bytes(pid, "VmRSS") for pid in pids)
+
+
+def system_busy_seconds() -> float:
+    """CPU seconds all cores spent not idle (user, system, irq, steal, ...) since boot."""
+    with open("/proc/stat") as handle:
+        fields = [int(value) for value in handle.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / CLOCK_TICKS_PER_SECOND

@@ -1,0 +1,168 @@
+"""The scenario (what to run) and the synthetic clips each workload sends.
+
+(a) LibriSpeech-PC-shaped: many ~56 KB 16 kHz mono WAV clips, several seeds each, shuffled.
+(b) long-form: ~10 MB clips, a few seeds each.
+(c) one huge clip (256 MiB) streamed through a fresh proxy, for its peak RSS.
+Clip content is seeded pseudo-random PCM, so every clip is distinct and every run identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import wave
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from gateway.samples import SAMPLE_RATE_HZ
+
+WAV_HEADER_BYTES = 44
+TILE_BYTES = 4 * 1024 * 1024  # big clips repeat one random tile: cheap to write, still valid PCM
+
+
+@dataclass(frozen=True)
+class Workload:
+    """`clips` distinct files of about `clip_bytes`, each requested `seeds` times, shuffled."""
+
+    key: str
+    title: str
+    clips: int
+    clip_bytes: int
+    seeds: int
+    concurrency: tuple[int, ...]
+    passes: int = 1  # how many times one measured point walks the shuffled order
+    warmup_requests: int = 64  # per non-gateway mode, untimed (the gateway's is its cold pass)
+
+    @property
+    def requests_per_point(self) -> int:
+        return self.clips * self.seeds * self.passes
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    quick: bool
+    modes: tuple[str, ...]
+    workloads: tuple[Workload, ...]
+    huge_clip_bytes: int  # workload (c); 0 skips it
+    huge_clip_modes: tuple[str, ...] = ("seed-reference", "gateway")
+    encode_file_bytes: int = 100 * 1000 * 1000  # 0 skips the cold-encode comparison
+    encode_repeats: int = 3
+    sha_check_every: int = 8  # the stub's decoded sha256 is compared on every Nth response
+    loadgen_processes: int = 1
+    rounds: int = 2  # each point is split into rounds that interleave the modes
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def with_modes(self, modes: tuple[str, ...]) -> Scenario:
+        return replace(self, modes=modes)
+
+
+ALL_MODES = (
+    "direct",
+    "nginx",
+    "seed-reference",
+    "gateway-nocache",
+    "gateway",
+    "gateway-passthrough",
+)
+
+WORKLOAD_A = Workload(
+    "a", "LibriSpeech-PC-shaped: 200 x ~56 KB, 8 seeds", 200, 56_000, 8, (1, 8, 32, 128)
+)
+WORKLOAD_B = Workload(
+    "b", "long-form: 10 x ~10 MB, 4 seeds", 10, 10_000_000, 4, (8,), passes=2, warmup_requests=4
+)
+HUGE_CLIP_BYTES = 256 * 1024 * 1024
+
+
+def standard_scenario(name: str = "standard") -> Scenario:
+    return Scenario(name, False, ALL_MODES, (WORKLOAD_A, WORKLOAD_B), HUGE_CLIP_BYTES, rounds=4)
+
+
+def quick_scenario(name: str = "quick") -> Scenario:
+    """Under a minute: fewer clips and points, same modes, a 128 MiB clip for the RSS check."""
+    return Scenario(
+        name,
+        True,
+        ALL_MODES,
+        (
+            replace(WORKLOAD_A, title="(quick) 48 x ~56 KB, 4 seeds", clips=48, seeds=4,
+                    concurrency=(1, 32), warmup_requests=32),
+            replace(WORKLOAD_B, title="(quick) 3 x ~10 MB, 2 seeds", clips=3, seeds=2,
+                    concurrency=(4,), passes=1),
+        ),
+        HUGE_CLIP_BYTES // 2,  # 128 MiB: still streamed (over max_item_bytes), half the time
+        encode_file_bytes=50 * 1000 * 1000,
+        encode_repeats=2,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Clip:
+    rel: str  # relative to the audio root: the path form's `metadata.audio_path`
+    path: Path
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"rel": self.rel, "path": str(self.path), "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class ClipSet:
+    workload: Workload
+    clips: tuple[Clip, ...]
+    order: tuple[int, ...]  # clip index per request of one pass, seeds shuffled together
+
+    def to_json(self) -> dict[str, object]:
+        return {"clips": [clip.to_json() for clip in self.clips], "order": list(self.order)}
+
+
+def write_random_wav(path: Path, total_bytes: int, seed: str) -> str:
+    """A valid 16 kHz mono 16-bit WAV of `total_bytes`; returns the file's sha256."""
+    frames = max(1, (total_bytes - WAV_HEADER_BYTES) // 2)
+    rng = random.Random(seed)
+    tile = rng.randbytes(min(frames * 2, TILE_BYTES))
+    with wave.open(str(path), "wb") as clip:
+        clip.setnchannels(1)
+        clip.setsampwidth(2)
+        clip.setframerate(SAMPLE_RATE_HZ)
+        remaining = frames * 2
+        while remaining:
+            piece = tile[:remaining]
+            clip.writeframes(piece)
+            remaining -= len(piece)
+    return file_sha256(path)
+
+
+def file_sha256(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(TILE_BYTES):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def make_clips(workload: Workload, audio_root: Path) -> ClipSet:
+    """Write the workload's clips under `audio_root/<key>/` (sizes within +-15 %)."""
+    folder = audio_root / workload.key
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(f"bench-{workload.key}")
+    clips = []
+    for index in range(workload.clips):
+        size = int(workload.clip_bytes * rng.uniform(0.85, 1.15))
+        path = folder / f"clip_{index:04d}.wav"
+        sha = write_random_wav(path, size, seed=f"{workload.key}-{index}")
+        rel = f"{workload.key}/{path.name}"
+        clips.append(Clip(rel, path, path.stat().st_size, sha))
+    order = [index for index in range(workload.clips) for _ in range(workload.seeds)]
+    rng.shuffle(order)
+    return ClipSet(workload, tuple(clips), tuple(order))
+
+
+def make_huge_clip(audio_root: Path, total_bytes: int) -> Clip:
+    folder = audio_root / "c"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "huge.wav"
+    sha = write_random_wav(path, total_bytes, seed="huge")
+    return Clip(f"c/{path.name}", path, path.stat().st_size, sha)
