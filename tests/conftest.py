@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
+from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
@@ -92,3 +94,93 @@ def chat_body(metadata: dict[str, Any] | None = None, **extra: Any) -> dict[str,
         body["metadata"] = metadata
     body.update(extra)
     return body
+
+
+# --- helpers for the behaviour modules (sidechannel forms, errors, path security, relay) ------
+
+ERROR_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    502: "upstream_error",
+    504: "upstream_error",
+}
+
+
+def audio_part(path: Path, mime: str = "audio/wav") -> dict[str, Any]:
+    """The part vLLM must receive for `path`: the file's exact bytes in a data URI."""
+    payload = base64.b64encode(path.read_bytes()).decode()
+    return {"type": "audio_url", "audio_url": {"url": f"data:{mime};base64,{payload}"}}
+
+
+def forwarded_json(stub: StubState) -> dict[str, Any]:
+    """The body the stub received last, parsed."""
+    return json.loads(stub.requests[-1].body)
+
+
+async def gateway_error(response: ClientResponse, status: int, param: str | None) -> dict[str, Any]:
+    """Assert the gateway's one error shape, its status and `param`; return the `error` object."""
+    text = await response.text()
+    assert response.status == status, text
+    assert response.content_type == "application/json", text
+    payload = json.loads(text)
+    assert list(payload) == ["error"], payload
+    error = payload["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"], error
+    assert error["type"] == ERROR_TYPE_BY_STATUS[status], error
+    assert isinstance(error["code"], str) and error["code"], error
+    assert error["param"] == param, error
+    return error
+
+
+# --- helpers for the cache, responses and modes modules ----------------------------------------
+
+
+def b64_of(path: Path) -> str:
+    """The bare base64 of a file's bytes, as an `input_audio.data` must carry it."""
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text as {sample: value}; a labelled sample is keyed `name{k="v",...}`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+async def gateway_metrics(client: TestClient[web.Request, web.Application]) -> dict[str, float]:
+    """The gateway's own metrics, read over HTTP from /gateway/metrics."""
+    response = await client.get("/gateway/metrics")
+    assert response.status == 200, await response.text()
+    return parse_metrics(await response.text())
+
+
+async def cache_stats(client: TestClient[web.Request, web.Application]) -> dict[str, int]:
+    """The cache counters of /gateway/metrics: hits, misses, bytes, entries, encoded."""
+    samples = await gateway_metrics(client)
+    names = {
+        "hits": "audio_gateway_cache_hits_total",
+        "misses": "audio_gateway_cache_misses_total",
+        "bytes": "audio_gateway_cache_bytes",
+        "entries": "audio_gateway_cache_entries",
+        "encoded": "audio_gateway_encoded_bytes_total",
+    }
+    return {short: int(samples[name]) for short, name in names.items()}
+
+
+def write_encoded_tone(path: Path, seconds: float, frequency_hz: float, format: str) -> Path:
+    """A tone in a soundfile container ("FLAC", "OGG"), e.g. to check `input_audio.format`."""
+    import numpy
+    import soundfile
+
+    rate_hz = 16_000
+    t = numpy.arange(int(seconds * rate_hz)) / rate_hz
+    soundfile.write(path, 0.3 * numpy.sin(2 * numpy.pi * frequency_hz * t), rate_hz, format=format)
+    return path
