@@ -37,6 +37,8 @@ metrics_key = web.AppKey("metrics_key", GatewayMetrics)
 upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
 
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away before the answer
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -161,6 +163,9 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         response = _error_response(
             InvalidRequest(exc.reason, code=f"http_{exc.status}"), exc.status
         )
+    except asyncio.CancelledError:
+        count(route, CLIENT_CLOSED_REQUEST)
+        raise
     except BaseException:
         count(route, 500)
         raise
