@@ -1,0 +1,230 @@
+"""The TOML config and the CLI: the example file loads, bad keys and values are named, and the
+two commands (`serve`, `demo`) behave as documented."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import Config, ConfigError, load_config, validate_config
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO_ROOT / "config.example.toml"
+CLI_TIMEOUT_SECONDS = 30
+DEMO_TIMEOUT_SECONDS = 60
+
+
+def run_cli(*args: str, timeout: float = CLI_TIMEOUT_SECONDS) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def flat_keys(data: dict[str, Any], prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in data.items():
+        if isinstance(value, dict):
+            keys |= flat_keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(f"{prefix}{key}")
+    return keys
+
+
+def config_error(data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as raised:
+        validate_config(data)
+    return str(raised.value)
+
+
+class TestExampleFile:
+    def test_example_loads_and_shows_the_defaults(self) -> None:
+        assert load_config(EXAMPLE) == Config()
+
+    def test_example_documents_every_key(self) -> None:
+        with EXAMPLE.open("rb") as handle:
+            documented = flat_keys(tomllib.load(handle))
+        assert documented == flat_keys(Config().model_dump())
+
+    def test_required_key_names_and_defaults(self) -> None:
+        config = load_config(EXAMPLE)
+        assert (config.server.host, config.server.port) == ("127.0.0.1", 8080)
+        assert config.upstream.url == "http://127.0.0.1:8000"
+        assert (config.audio.root, config.audio.allowed_roots) == ("", [])
+        assert (config.audio.max_file_bytes, config.audio.max_clips) == (26_214_400, 16)
+        assert config.cache.max_bytes == 1_073_741_824
+        assert config.server.max_body_bytes == 64 * 1024**2
+
+
+class TestValidation:
+    @pytest.mark.parametrize(
+        ("data", "key"),
+        [
+            ({"server": {"hots": "0.0.0.0"}}, "server.hots"),
+            ({"audio": {"max_file_size": 10}}, "audio.max_file_size"),
+            ({"upstream": {"url": "http://x:1", "timeout": 3}}, "upstream.timeout"),
+            ({"bogus_section": {}}, "bogus_section"),
+        ],
+    )
+    def test_unknown_key_is_an_error_naming_it(self, data: dict[str, Any], key: str) -> None:
+        message = config_error(data)
+        assert f"{key}: unknown key" in message
+
+    @pytest.mark.parametrize(
+        ("data", "key", "reason"),
+        [
+            ({"server": {"port": "eighty"}}, "server.port", "integer"),
+            ({"server": {"port": 70000}}, "server.port", "65535"),
+            ({"upstream": {"url": "ftp://vllm:8000"}}, "upstream.url", "http(s) origin"),
+            ({"upstream": {"read_timeout_seconds": 0}}, "upstream.read_timeout_seconds", "0"),
+            ({"audio": {"root": "relative/dir"}}, "audio.root", "absolute"),
+            ({"audio": {"allowed_roots": ["rel"]}}, "audio.allowed_roots", "absolute"),
+            ({"audio": {"max_file_bytes": "25 furlongs"}}, "audio.max_file_bytes", "not a size"),
+            ({"audio": {"max_file_bytes": -1}}, "audio.max_file_bytes", "0"),
+            ({"audio": {"max_clips": 0}}, "audio.max_clips", "1"),
+            ({"cache": {"max_bytes": "lots"}}, "cache.max_bytes", "not a size"),
+            ({"splice": {"mode": "url"}}, "splice.mode", "data_uri"),
+        ],
+    )
+    def test_bad_value_names_the_key_and_reason(
+        self, data: dict[str, Any], key: str, reason: str
+    ) -> None:
+        message = config_error(data)
+        assert f"{key}: " in message
+        assert reason in message.split(f"{key}: ", 1)[1]
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("25MiB", 25 * 1024**2),
+            ("64MB", 64_000_000),
+            ("1GiB", 1024**3),
+            ("512 KiB", 512 * 1024),
+            ("1.5MiB", 1_572_864),
+            ("100", 100),
+            ("100b", 100),
+            (26214400, 26214400),
+        ],
+    )
+    def test_sizes_may_be_strings(self, text: str | int, expected: int) -> None:
+        config = validate_config({"audio": {"max_file_bytes": text}, "cache": {"max_bytes": text}})
+        assert (config.audio.max_file_bytes, config.cache.max_bytes) == (expected, expected)
+
+    def test_size_strings_load_from_toml(self, tmp_path: Path) -> None:
+        path = tmp_path / "sizes.toml"
+        path.write_text('[server]\nmax_body_bytes = "2MiB"\n[audio]\nmax_file_bytes = "25MiB"\n')
+        config = load_config(path)
+        assert (config.server.max_body_bytes, config.audio.max_file_bytes) == (
+            2 * 1024**2,
+            26_214_400,
+        )
+
+    def test_invalid_toml_is_a_config_error(self, tmp_path: Path) -> None:
+        path = tmp_path / "broken.toml"
+        path.write_text("[server\nport = 1\n")
+        with pytest.raises(ConfigError, match="not valid TOML"):
+            load_config(path)
+
+    def test_missing_file_is_a_config_error(self, tmp_path: Path) -> None:
+        with pytest.raises(ConfigError, match="cannot read config"):
+            load_config(tmp_path / "absent.toml")
+
+    def test_config_is_frozen(self) -> None:
+        config = Config()
+        with pytest.raises(ValueError, match="frozen"):
+            config.server.port = 1  # type: ignore[misc]
+
+
+class TestCommandLine:
+    def test_serve_with_bad_config_exits_nonzero_naming_the_key(self, tmp_path: Path) -> None:
+        bad = tmp_path / "bad.toml"
+        bad.write_text('[audio]\nmax_clips = 0\nroot_dir = "/data"\n')
+        result = run_cli("serve", "--config", str(bad))
+        assert result.returncode != 0
+        assert "audio.root_dir: unknown key" in result.stderr
+        assert "audio.max_clips" in result.stderr
+        assert str(bad) in result.stderr
+
+    def test_serve_with_bad_override_exits_nonzero_naming_the_key(self) -> None:
+        result = run_cli("serve", "--config", str(EXAMPLE), "--upstream", "vllm:8000")
+        assert result.returncode != 0
+        assert "upstream.url" in result.stderr
+
+    def test_serve_runs_with_overrides(self, tmp_path: Path) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "serve",
+                "--config",
+                str(EXAMPLE),
+                "--port",
+                str(port),
+                "--upstream",
+                "http://127.0.0.1:9",
+                "--audio-root",
+                str(tmp_path),
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            health = wait_for_health(f"http://127.0.0.1:{port}/gateway/health", process)
+            assert health["status"] == "ok"
+            assert health["upstream"] == "http://127.0.0.1:9"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=CLI_TIMEOUT_SECONDS)
+            finally:
+                if process.stderr is not None:
+                    process.stderr.close()
+
+    def test_demo_runs_end_to_end(self) -> None:
+        script = Path(sys.executable).with_name("audio-gateway")
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "gateway"]
+        result = subprocess.run(
+            [*command, "demo"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=DEMO_TIMEOUT_SECONDS,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        for form in ("metadata.audio_path ", "metadata.audio_paths ", "metadata.audio_data "):
+            assert f"{form}-> HTTP 200" in result.stdout
+        assert "sha256 matches" in result.stdout
+        assert "NO MATCHING FILE" not in result.stdout
+
+
+def wait_for_health(url: str, process: subprocess.Popen[bytes]) -> dict[str, Any]:
+    deadline = time.monotonic() + CLI_TIMEOUT_SECONDS
+    while True:
+        if process.poll() is not None:
+            stderr = process.stderr.read().decode() if process.stderr else ""
+            raise AssertionError(f"serve exited with {process.returncode}: {stderr}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return json.loads(response.read())
+        except OSError:
+            assert time.monotonic() < deadline, "the gateway never answered /gateway/health"
+            time.sleep(0.05)
