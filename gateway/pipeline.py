@@ -79,6 +79,7 @@ class RewritePipeline:
     def __init__(self, config: SpliceConfig, max_clips: int, policy: PathPolicy, store: AudioStore):
         self.config = config
         self.max_clips = max_clips
+        self.max_clip_bytes = policy.max_file_bytes
         self.resolver = BatchedResolver(policy)
         self.store = store
         self.file_urls = config.mode == "file_url"
@@ -86,7 +87,7 @@ class RewritePipeline:
 
     async def rewrite(self, raw: bytes, shape: RouteShape) -> bytes | SegmentedPayload:
         body = parse_json_object(raw)
-        sidechannel = read_sidechannel(body, self.max_clips)
+        sidechannel = read_sidechannel(body, self.max_clips, self.max_clip_bytes)
         if sidechannel is None:
             return raw
         if sidechannel.key == LEGACY_INLINE_KEY:

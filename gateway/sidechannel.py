@@ -14,7 +14,7 @@ from typing import Any
 
 import pybase64
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, PayloadTooLarge
 from .formats import mime_for_extension
 
 SIDECHANNEL_KEYS = ("audio_data", "audio_url", "audio_path", "audio_paths")
@@ -57,8 +57,12 @@ class Sidechannel:
         return f"metadata.{self.key}"
 
 
-def read_sidechannel(body: dict[str, Any], max_clips: int) -> Sidechannel | None:
-    """The validated sidechannel of a request body, or None when it carries none."""
+def read_sidechannel(
+    body: dict[str, Any], max_clips: int, max_clip_bytes: int
+) -> Sidechannel | None:
+    """The validated sidechannel of a request body, or None when it carries none.
+
+    `max_clip_bytes` bounds inline audio as `audio.max_file_bytes` bounds files (413 above)."""
     metadata = body.get("metadata")
     if not isinstance(metadata, dict):
         return None
@@ -76,7 +80,7 @@ def read_sidechannel(body: dict[str, Any], max_clips: int) -> Sidechannel | None
     value = metadata[key]
     param = f"metadata.{key}"
     if key in ("audio_data", LEGACY_INLINE_KEY):
-        return Sidechannel(key, (parse_data_uri(value, param),))
+        return Sidechannel(key, (parse_data_uri(value, param, max_clip_bytes),))
     if key == "audio_path":
         return Sidechannel(key, (_path_clip(value, param, param),))
     paths = _path_list(value, param)
@@ -99,7 +103,7 @@ def strip_sidechannel(body: dict[str, Any], key: str) -> None:
         del body["metadata"]
 
 
-def parse_data_uri(value: Any, param: str) -> InlineAudio:
+def parse_data_uri(value: Any, param: str, max_clip_bytes: int) -> InlineAudio:
     if not isinstance(value, str):
         raise _invalid(param, f"must be a data URI string, got {type(value).__name__}")
     if not value:
@@ -114,9 +118,16 @@ def parse_data_uri(value: Any, param: str) -> InlineAudio:
     if start == len(value):
         raise _invalid(param, "has an empty base64 payload")
     try:
-        pybase64.b64decode(value[start:], validate=True)
+        decoded = pybase64.b64decode(value[start:], validate=True)
     except (binascii.Error, ValueError):
         raise _invalid(param, "does not hold valid base64 after ';base64,'") from None
+    if len(decoded) > max_clip_bytes:
+        raise PayloadTooLarge(
+            f"{param} holds {len(decoded)} bytes of audio, over the limit of {max_clip_bytes} "
+            "bytes (audio.max_file_bytes)",
+            param=param,
+            code="audio_too_large",
+        )
     return InlineAudio(uri=value, mime=mime, payload_start=start, param=param)
 
 

@@ -59,9 +59,7 @@ def gateway_config(upstream_url: str, audio_dir: Path, **sections: dict[str, Any
 
 
 @pytest.fixture
-async def make_gateway(
-    stub_server: TestServer, audio_dir: Path
-) -> AsyncIterator[GatewayFactory]:
+async def make_gateway(stub_server: TestServer, audio_dir: Path) -> AsyncIterator[GatewayFactory]:
     """`await make_gateway(cache={"max_bytes": 0}, ...)`: a client of a gateway in front of
     the stub, config sections merged over the defaults (audio root = `audio_dir`)."""
     clients: list[TestClient[web.Request, web.Application]] = []

@@ -3,6 +3,7 @@ and nothing sent upstream."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -131,6 +132,23 @@ async def test_file_over_max_file_bytes_is_413(
     error = await gateway_error(response, 413, "metadata.audio_paths")
     assert "metadata.audio_paths[1]" in error["message"]
     assert "'b.wav'" in error["message"]
+    assert str(limit) in error["message"]
+    assert stub.request_count == 1
+
+
+async def test_inline_audio_over_max_file_bytes_is_413(
+    make_gateway, stub: StubState, audio_dir: Path
+) -> None:
+    limit = (audio_dir / "a.wav").stat().st_size
+    gateway = await make_gateway(audio={"max_file_bytes": limit})
+
+    def inline(name: str) -> dict[str, str]:
+        payload = base64.b64encode((audio_dir / name).read_bytes()).decode()
+        return {"audio_data": f"data:audio/wav;base64,{payload}"}
+
+    assert (await gateway.post(CHAT, json=chat_body(inline("a.wav")))).status == 200
+    response = await gateway.post(CHAT, json=chat_body(inline("b.wav")))
+    error = await gateway_error(response, 413, "metadata.audio_data")
     assert str(limit) in error["message"]
     assert stub.request_count == 1
 
