@@ -56,8 +56,11 @@ async def transcribe(client: Client, metadata: dict[str, Any]) -> list[str]:
 
 
 def write_big_clip(directory: Path) -> Path:
-    """A ~1.7 MB WAV: three encoder read chunks, a size that is no multiple of 3."""
-    path = write_tone(directory / "big.wav", 52.5, 330.0)
+    """A WAV of three encoder read chunks, a size that is no multiple of 3."""
+    seconds = (2.5 * READ_CHUNK_BYTES) / (2 * 16_000)
+    path = write_tone(directory / "big.wav", seconds, 330.0)
+    if path.stat().st_size % 3 == 0:
+        path = write_tone(directory / "big.wav", seconds + 1 / 16_000, 330.0)
     size = path.stat().st_size
     assert size > 2 * READ_CHUNK_BYTES and size % 3 != 0
     return path
