@@ -49,6 +49,11 @@ def _ratio_goal(
     ratio = ours["rps"] / theirs["rps"]
     at = f"c={ours['concurrency']}"
     measured = f"{ratio:.2f}x ({ours['rps']:.0f} vs {theirs['rps']:.0f} req/s, {at})"
+    if ours["proxy_cpu_s_per_1k"] and theirs["proxy_cpu_s_per_1k"]:
+        measured += (
+            f"; proxy CPU {ours['proxy_cpu_s_per_1k']:.2f} vs "
+            f"{theirs['proxy_cpu_s_per_1k']:.2f} ms/req"
+        )
     return _goal(goal, f">= {minimum}x", measured, ratio >= minimum)
 
 
@@ -267,6 +272,12 @@ def render_plot(results: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
+def rerender(json_path: Path, plot: bool = True) -> dict[str, Path]:
+    """Rewrite the Markdown (and PNG) of a saved result, goals re-evaluated."""
+    results = json.loads(json_path.read_text())
+    return write_results(results, json_path.parent, plot=plot)
+
+
 def write_results(results: dict[str, Any], directory: Path, plot: bool = True) -> dict[str, Path]:
     """Evaluate the goals, then write the JSON, Markdown and PNG; returns their paths."""
     results["goals"] = evaluate_goals(results)
@@ -279,3 +290,13 @@ def write_results(results: dict[str, Any], directory: Path, plot: bool = True) -
         paths["png"] = stem.with_suffix(".png")
         render_plot(results, paths["png"])
     return paths
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name in sys.argv[1:] or ["--help"]:
+        if name.startswith("-"):
+            print("usage: python -m bench.report RESULT.json ...  (re-renders its .md and .png)")
+            break
+        print(rerender(Path(name))["md"].read_text())
