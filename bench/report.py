@@ -200,7 +200,8 @@ def render_markdown(results: dict[str, Any]) -> str:
                       f"best of {encode['repeats']}", ""]  # fmt: skip
         base = encode.get("base64_w0_mb_s")
         rows = []
-        for name, label in (("gateway", "gateway encode_clip (pybase64, chunked)"),
+        for name, label in (("gateway", "gateway encode_clip (pybase64, chunked), best"),
+                            ("gateway_first", "gateway encode_clip, first in a fresh process"),
                             ("stdlib", "stdlib base64.b64encode(read_bytes())"),
                             ("base64_w0", f"GNU `{encode['command']}`")):  # fmt: skip
             speed = encode.get(f"{name}_mb_s")

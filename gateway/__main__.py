@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import sys
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from .app import create_app
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, describe_validation_error, load_config
+from .tuning import reexec_with_huge_page_malloc, tune_garbage_collector
 
 log = logging.getLogger("gateway")
-
-GC_YOUNG_THRESHOLD = 20_000  # allocations between young-generation collections
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"audio-gateway: {exc}", file=sys.stderr)
         sys.exit(2)
+    if config.server.huge_page_malloc:
+        reexec_with_huge_page_malloc(argv)
     serve(config)
 
 
@@ -70,14 +72,8 @@ def serve_config(args: argparse.Namespace) -> Config:
             upstream={"url": args.upstream},
             audio={"root": args.audio_root},
         )
-    except Exception as exc:  # pydantic's ValidationError, named by the config module
-        from pydantic import ValidationError
-
-        from .config import describe_validation_error
-
-        if isinstance(exc, ValidationError):
-            raise ConfigError(f"command-line override: {describe_validation_error(exc)}") from exc
-        raise
+    except ValidationError as exc:
+        raise ConfigError(f"command-line override: {describe_validation_error(exc)}") from exc
 
 
 def serve(config: Config) -> None:
@@ -108,15 +104,6 @@ def serve(config: Config) -> None:
         print=None,
         **run_kwargs,
     )
-
-
-def tune_garbage_collector() -> None:
-    """Fewer young-generation collections: each request allocates a few hundred short-lived
-    objects, and the default threshold of 700 ran a collection every few requests. The
-    objects alive at start-up are frozen out of every later collection."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
 def new_event_loop(choice: str) -> asyncio.AbstractEventLoop | None:

@@ -76,7 +76,7 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
         encode=config.splice.mode == "data_uri",
         digest=config.splice.part_uuid,
     )
-    pipeline = RewritePipeline(config.splice, config.audio.max_clips, policy, store)
+    pipeline = RewritePipeline(config.splice, config.audio, policy, store)
     app[pipeline_key] = pipeline
     yield
     pipeline.resolver.close()

@@ -130,7 +130,7 @@ class BatchedResolver:
     cheaper than an executor's futures. File-system calls never run on the event loop.
     """
 
-    def __init__(self, policy: PathPolicy, threads: int = 4) -> None:
+    def __init__(self, policy: PathPolicy, threads: int) -> None:
         self.policy = policy
         self._pending: Batch = []
         self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, Batch] | None] = (

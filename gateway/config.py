@@ -52,6 +52,7 @@ class ServerConfig(_Section):
     max_body_bytes: ByteSize = 64 * 1024**2
     access_log: bool = False
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    huge_page_malloc: bool = True
 
 
 class UpstreamConfig(_Section):
@@ -73,6 +74,7 @@ class AudioConfig(_Section):
     allowed_roots: list[str] = []
     max_file_bytes: ByteSize = 25 * 1024**2
     max_clips: int = Field(16, ge=1)
+    resolver_threads: int = Field(1, ge=1, le=64)
 
     @field_validator("root")
     @classmethod

@@ -20,7 +20,7 @@ import pybase64
 from .audio import BatchedResolver, PathPolicy, ResolvedClip
 from .body import Placeholders, Segment, SegmentedPayload
 from .cache import AudioStore
-from .config import SpliceConfig
+from .config import AudioConfig, SpliceConfig
 from .encoder import EncodedAudio, StreamedAudio
 from .errors import InvalidRequest
 from .formats import input_audio_format
@@ -76,11 +76,17 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
 
 
 class RewritePipeline:
-    def __init__(self, config: SpliceConfig, max_clips: int, policy: PathPolicy, store: AudioStore):
+    def __init__(
+        self,
+        config: SpliceConfig,
+        audio: AudioConfig,
+        policy: PathPolicy,
+        store: AudioStore,
+    ):
         self.config = config
-        self.max_clips = max_clips
-        self.max_clip_bytes = policy.max_file_bytes
-        self.resolver = BatchedResolver(policy)
+        self.max_clips = audio.max_clips
+        self.max_clip_bytes = audio.max_file_bytes
+        self.resolver = BatchedResolver(policy, threads=audio.resolver_threads)
         self.store = store
         self.file_urls = config.mode == "file_url"
         self._legacy_key_logged = False
