@@ -8,21 +8,28 @@ go between the cuts. Multi-megabyte audio is never copied into a JSON string per
 from __future__ import annotations
 
 import asyncio
-import json
+import itertools
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+import msgspec
 
 from .encoder import StreamedAudio
 
 Segment = bytes | StreamedAudio
 
 
+_PROCESS_SECRET = os.urandom(8).hex()  # clients cannot guess it, so their text never collides
+_request_numbers = itertools.count()
+
+
 class Placeholders:
-    """Tokens standing for audio in the body; random per request, so no client text collides."""
+    """Tokens standing for audio in one request's body: a per-process secret and a per-request
+    number, so neither a client's text nor another request's token can match them."""
 
     def __init__(self) -> None:
-        self._prefix = f"@@audio-gateway:{os.urandom(8).hex()}:"
+        self._prefix = f"@@audio-gateway:{_PROCESS_SECRET}:{next(_request_numbers)}:"
         self._fills: list[tuple[bytes, tuple[Segment, ...]]] = []
 
     def add(self, lead: bytes, segments: tuple[Segment, ...]) -> str:
@@ -32,7 +39,7 @@ class Placeholders:
 
     def render(self, body: dict[str, Any]) -> list[Segment]:
         """Serialise `body` and put each placeholder's segments where its token stands."""
-        text = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        text = msgspec.json.encode(body)
         out: list[Segment] = []
         position = 0
         for index, (lead, segments) in enumerate(self._fills):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pybase64
 
 from .audio import BatchedResolver, PathPolicy, ResolvedClip
@@ -65,8 +65,8 @@ RESPONSES = RouteShape("responses", splice_responses, input_audio_parts=True)
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
         raise InvalidRequest(
             f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from None

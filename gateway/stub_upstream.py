@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import msgspec
 import pybase64
 from aiohttp import web
 
@@ -146,8 +147,8 @@ def vllm_error(message: str, status: int = 400) -> web.Response:
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
     try:
-        body = json.loads(await request.read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = msgspec.json.decode(await request.read())  # as fast as vLLM's pydantic-core
+    except msgspec.DecodeError as exc:
         raise StubRejection(f"invalid JSON body: {exc}") from None
     if not isinstance(body, dict):
         raise StubRejection("the body must be a JSON object")

@@ -436,3 +436,31 @@ async def test_multi_chunk_files_arrive_byte_identical(
         audio_part(odd_wav),
         audio_part(long_flac, "audio/flac"),
     ]
+
+
+async def test_large_inline_audio_is_validated_across_chunks(
+    make_gateway, stub: StubState, tmp_path: Path
+) -> None:
+    """Inline base64 is checked in 4 Mi-character chunks: a clip spanning several chunks
+    arrives intact, and a fault in a later chunk (a stray character, padding mid-stream) is
+    still a 400."""
+    big = write_tone(tmp_path / "long.wav", 200.0, 330.0)  # ~6.4 MB: 8.5 Mi base64 characters
+    gateway = await make_gateway(audio={"max_file_bytes": "32MiB"})
+
+    def post(uri: str) -> Any:  # a BytesIO body: aiohttp warns about large raw bytes
+        body = io.BytesIO(json.dumps(chat_body({"audio_data": uri})).encode())
+        headers = {"Content-Type": "application/json"}
+        return gateway.post("/v1/chat/completions", data=body, headers=headers)
+
+    uri = data_uri(big)
+    response = await post(uri)
+    assert response.status == 200, await response.text()
+    assert clip_shas(await response.json()) == [sha256_of(big)]
+
+    late = len(uri) - 1000  # inside the last chunk
+    middle = uri.index(",") + 4 * 1024 * 1024 + 8  # inside the second chunk
+    for broken in (uri[:late] + "!" + uri[late + 1 :], uri[:middle] + "====" + uri[middle + 4 :]):
+        before = stub.request_count
+        error = await gateway_error(await post(broken), 400, "metadata.audio_data")
+        assert "base64" in error["message"]
+        assert stub.request_count == before
