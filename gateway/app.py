@@ -89,9 +89,7 @@ def rewriting(shape: RouteShape) -> Handler:
         started = time.perf_counter()
         raw = await request.read()
         payload = await request.app[pipeline_key].rewrite(raw, shape)
-        request.app[metrics_key].added_latency.labels(shape.name).observe(
-            time.perf_counter() - started
-        )
+        request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         headers = request_headers_for_upstream(request)
         if payload is not raw:
             headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
@@ -118,8 +116,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
 
 async def _relay(request: web.Request, **kwargs: Any) -> web.StreamResponse:
     app = request.app
-    target = upstream_target(app[config_key].upstream.url, request)
-    return await relay(request, app[upstream_key], target, **kwargs)
+    pool = app[upstream_key]
+    return await relay(request, pool, upstream_target(pool, request), **kwargs)
 
 
 async def health(request: web.Request) -> web.Response:

@@ -55,6 +55,7 @@ class GatewayMetrics:
         )
 
         self._request_counters: dict[tuple[str, int], Counter] = {}
+        self._latency_histograms: dict[str, Histogram] = {}
 
     def count_request(self, route: str, status: int) -> None:
         """`requests.labels(...).inc()`, with the labelled child looked up once per pair."""
@@ -63,6 +64,12 @@ class GatewayMetrics:
         if counter is None:
             counter = self._request_counters[key] = self.requests.labels(route, str(status))
         counter.inc()
+
+    def observe_added_latency(self, route: str, seconds: float) -> None:
+        histogram = self._latency_histograms.get(route)
+        if histogram is None:
+            histogram = self._latency_histograms[route] = self.added_latency.labels(route)
+        histogram.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

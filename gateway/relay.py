@@ -13,7 +13,6 @@ from contextlib import contextmanager
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
 from .body import SegmentedPayload
 from .config import UpstreamConfig
@@ -50,10 +49,9 @@ def create_upstream_pool(config: UpstreamConfig) -> UpstreamPool:
     )
 
 
-def upstream_target(origin: str, request: web.Request) -> str:
+def upstream_target(pool: UpstreamPool, request: web.Request) -> str:
     """The request target upstream: the origin's own path prefix (if any) plus the client's."""
-    prefix = URL(origin).raw_path.rstrip("/")
-    return prefix + request.raw_path
+    return pool.path_prefix + request.raw_path
 
 
 def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
