@@ -19,6 +19,8 @@ from .config import AudioConfig
 from .errors import AudioNotFound, AudioOutsideRoots, InvalidRequest, PayloadTooLarge
 from .sidechannel import PathAudio
 
+O_PATH = getattr(os, "O_PATH", 0)  # Linux: a descriptor that names a file without opening it
+
 
 @dataclass(frozen=True, slots=True)
 class ResolvedClip:
@@ -54,7 +56,7 @@ class PathPolicy:
         return [self.resolve(ref) for ref in refs]
 
     def resolve(self, ref: PathAudio) -> ResolvedClip:
-        real_path = self._real_path(ref)
+        real_path, info = self._real_path_and_stat(ref)
         if not self._is_allowed(real_path):
             # Same answer whether or not the file exists: a 403 must not probe the disk.
             raise AudioOutsideRoots(
@@ -62,20 +64,18 @@ class PathPolicy:
                 param=ref.param,
                 code="audio_path_forbidden",
             )
-        try:
-            info = os.stat(real_path)
-        except (FileNotFoundError, NotADirectoryError):
-            raise AudioNotFound(
-                f"{ref.label}: audio file {ref.given!r} does not exist",
-                param=ref.param,
-                code="audio_not_found",
-            ) from None
-        except OSError as exc:
+        if isinstance(info, OSError):
+            if isinstance(info, FileNotFoundError | NotADirectoryError):
+                raise AudioNotFound(
+                    f"{ref.label}: audio file {ref.given!r} does not exist",
+                    param=ref.param,
+                    code="audio_not_found",
+                )
             raise AudioOutsideRoots(
-                f"{ref.label}: audio file {ref.given!r} cannot be read ({exc.strerror})",
+                f"{ref.label}: audio file {ref.given!r} cannot be read ({info.strerror})",
                 param=ref.param,
                 code="audio_path_forbidden",
-            ) from None
+            )
         if not stat.S_ISREG(info.st_mode):
             raise InvalidRequest(
                 f"{ref.label}: {ref.given!r} is not a regular file",
@@ -98,7 +98,14 @@ class PathPolicy:
             device=info.st_dev,
         )
 
-    def _real_path(self, ref: PathAudio) -> str:
+    def _real_path_and_stat(self, ref: PathAudio) -> tuple[str, os.stat_result | OSError]:
+        """The path with `..` and every symlink resolved, and its stat (or why there is none).
+
+        On Linux the kernel resolves it: an O_PATH descriptor (which opens nothing, so a FIFO
+        cannot block), its /proc/self/fd link, one fstat. Elsewhere, or when the file does not
+        exist, `os.path.realpath` resolves what it can, so a missing file outside the roots
+        still answers 403.
+        """
         path = ref.given
         if not os.path.isabs(path):
             if not self.root:
@@ -108,7 +115,22 @@ class PathPolicy:
                     code="audio_root_unset",
                 )
             path = os.path.join(self.root, path)
-        return os.path.realpath(path)
+        if O_PATH:
+            try:
+                fd = os.open(path, O_PATH | os.O_CLOEXEC)
+            except OSError as exc:
+                return os.path.realpath(path), exc
+            try:
+                return os.readlink(f"/proc/self/fd/{fd}"), os.fstat(fd)
+            except OSError:
+                pass  # no /proc: fall back to realpath below
+            finally:
+                os.close(fd)
+        real_path = os.path.realpath(path)
+        try:
+            return real_path, os.stat(real_path)
+        except OSError as exc:
+            return real_path, exc
 
     def _is_allowed(self, real_path: str) -> bool:
         return any(
