@@ -4,6 +4,7 @@ two commands (`serve`, `demo`) behave as documented."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.config import Config, ConfigError, load_config, validate_config
+from gateway.tuning import HUGE_PAGE_TUNABLE, TUNED_MARKER
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "config.example.toml"
@@ -197,6 +199,47 @@ class TestCommandLine:
             finally:
                 if process.stderr is not None:
                     process.stderr.close()
+
+    @pytest.mark.parametrize("huge_pages", [True, False])
+    def test_serve_warns_about_file_url_and_tunes_malloc(
+        self, tmp_path: Path, huge_pages: bool
+    ) -> None:
+        """file_url mode: a start-up warning that vLLM's --allowed-local-media-path cannot be
+        verified from here; huge_page_malloc: the process re-executes with the glibc tunable."""
+        config = tmp_path / "file_url.toml"
+        config.write_text(
+            f"[server]\nhuge_page_malloc = {str(huge_pages).lower()}\n"
+            f'[audio]\nroot = "{tmp_path}"\n[splice]\nmode = "file_url"\n'
+        )
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", TUNED_MARKER)}
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for_health(f"http://127.0.0.1:{port}/gateway/health", process)
+            environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+        finally:
+            process.terminate()
+            _, stderr = process.communicate(timeout=CLI_TIMEOUT_SECONDS)
+        assert "--allowed-local-media-path" in stderr.decode()
+        assert str(tmp_path) in stderr.decode()
+        assert (b"GLIBC_TUNABLES=" + HUGE_PAGE_TUNABLE.encode() in environ) is huge_pages
 
     def test_demo_runs_end_to_end(self) -> None:
         script = Path(sys.executable).with_name("audio-gateway")
