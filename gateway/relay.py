@@ -35,7 +35,8 @@ HOP_BY_HOP_HEADERS = frozenset(
         "upgrade",
     }
 )
-FRAMING_HEADERS = frozenset({"host", "content-length", "content-encoding"})
+# aiohttp has already answered any `Expect: 100-continue` and decoded any Content-Encoding.
+FRAMING_HEADERS = frozenset({"host", "content-length", "content-encoding", "expect"})
 BUFFERED_RESPONSE_MAX_BYTES = 1024 * 1024  # larger or unsized answers are streamed
 
 

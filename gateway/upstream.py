@@ -95,6 +95,8 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self._parser.get_status_code()
+        if 100 <= self.status < 200:
+            return  # an interim answer (103 Early Hints, ...): the real one follows
         # Read now: llhttp forgets the message's keep-alive state once the message completes.
         self._keep_alive = self._parser.should_keep_alive()
         if not self.headers_done.done():
@@ -109,6 +111,9 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if 100 <= self.status < 200:
+            self.headers.clear()
+            return
         self.complete = True
         self._wake()
 

@@ -368,3 +368,34 @@ class TestCancellation:
         assert stub.streams_finished == 0
         followup = await gateway.get("/v1/models")  # the gateway is fine afterwards
         assert followup.status == 200
+
+
+class TestInterimResponses:
+    """An upstream's 1xx answers are not the response: the final one that follows is."""
+
+    async def test_early_hints_are_skipped(self, make_gateway) -> None:
+        requests_seen: list[bytes] = []
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            requests_seen.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(
+                b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n"
+                b'X-Final: yes\r\n\r\n{"ok": true}'
+            )
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            gateway = await make_gateway(upstream={"url": f"http://127.0.0.1:{port}"})
+            response = await gateway.get("/v1/models", headers={"Expect": "100-continue"})
+            assert response.status == 200
+            assert response.headers["X-Final"] == "yes"
+            assert "Link" not in response.headers
+            assert await response.json() == {"ok": True}
+            assert b"expect:" not in requests_seen[0].lower()  # aiohttp answered it already
+        finally:
+            server.close()
+            await server.wait_closed()
