@@ -10,15 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .workloads import ALL_MODES
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MODE_ORDER = (
-    "direct",
-    "nginx",
-    "seed-reference",
-    "gateway-nocache",
-    "gateway",
-    "gateway-passthrough",
-)
+MODE_ORDER = ALL_MODES
 
 
 def find_point(

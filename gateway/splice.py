@@ -22,11 +22,7 @@ def splice_chat(body: dict[str, Any], parts: list[Part]) -> None:
             param="messages",
             code="invalid_messages",
         )
-    message = _last_user_message(messages)
-    if message is None:
-        messages.append({"role": "user", "content": list(parts)})
-        return
-    message["content"] = _prepend(parts, message.get("content"), "text", "messages")
+    _into_last_user_message(messages, parts, "text", "messages")
 
 
 def splice_responses(body: dict[str, Any], parts: list[Part]) -> None:
@@ -42,11 +38,17 @@ def splice_responses(body: dict[str, Any], parts: list[Part]) -> None:
             param="input",
             code="invalid_input",
         )
+    _into_last_user_message(items, parts, "input_text", "input")
+
+
+def _into_last_user_message(
+    items: list[Any], parts: list[Part], text_type: str, param: str
+) -> None:
     message = _last_user_message(items)
     if message is None:
         items.append({"role": "user", "content": list(parts)})
         return
-    message["content"] = _prepend(parts, message.get("content"), "input_text", "input")
+    message["content"] = _prepend(parts, message.get("content"), text_type, param)
 
 
 def _last_user_message(items: list[Any]) -> dict[str, Any] | None:
