@@ -8,8 +8,8 @@ that the connection is cut, which is all HTTP allows.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -78,28 +78,36 @@ def response_headers_for_client(headers: RawHeaders) -> CIMultiDict[str]:
         if key.lower() == b"connection":
             named.update(token.strip().lower() for token in value.decode("latin-1").split(","))
     drop = HOP_BY_HOP_HEADERS | named | {"content-length"}
-    return CIMultiDict(
-        (key.decode("latin-1"), value.decode("latin-1"))
-        for key, value in headers
-        if key.decode("latin-1").lower() not in drop
-    )
+    kept: CIMultiDict[str] = CIMultiDict()
+    for key, value in headers:
+        name = key.decode("latin-1")
+        if name.lower() not in drop:
+            kept.add(name, value.decode("utf-8", "surrogateescape"))
+    return kept
 
 
-@contextmanager
-def upstream_errors(pool: UpstreamPool) -> Iterator[None]:
-    """Translate transport failures into the gateway's 502/504."""
-    origin = f"{pool.host}:{pool.port}"
-    try:
-        yield
-    except UpstreamTimedOut as exc:
-        raise UpstreamTimeout(
-            f"the upstream {origin} did not answer in time: {exc}", code="upstream_timeout"
-        ) from exc
-    except (OSError, UpstreamClosed) as exc:
-        raise UpstreamUnavailable(
-            f"the upstream {origin} is unreachable: {exc.__class__.__name__}: {exc}",
-            code="upstream_unreachable",
-        ) from exc
+class upstream_errors:
+    """Translate transport failures into the gateway's 502/504.
+
+    A class, not a @contextmanager generator: it runs twice on every relayed request."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        origin = f"{self.pool.host}:{self.pool.port}"
+        if isinstance(exc, UpstreamTimedOut):
+            raise UpstreamTimeout(
+                f"the upstream {origin} did not answer in time: {exc}", code="upstream_timeout"
+            ) from exc
+        if isinstance(exc, OSError | UpstreamClosed):
+            raise UpstreamUnavailable(
+                f"the upstream {origin} is unreachable: {exc.__class__.__name__}: {exc}",
+                code="upstream_unreachable",
+            ) from exc
 
 
 async def relay(

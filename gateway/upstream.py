@@ -40,7 +40,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser = httptools.HttpResponseParser(self)  # llhttp parses message after message
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._reset()
@@ -56,7 +56,6 @@ class _Connection(asyncio.Protocol):
         self._data_waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._read_paused = False
-        self._parser = httptools.HttpResponseParser(self)
 
     # asyncio.Protocol -------------------------------------------------------------------------
 
@@ -248,7 +247,7 @@ class UpstreamPool:
             ssl.create_default_context() if url.scheme == "https" else None
         )
         default_port = self.port == (443 if self.ssl else 80)
-        self.host_header = (self.host if default_port else f"{self.host}:{self.port}").encode()
+        self.host_header = self.host if default_port else f"{self.host}:{self.port}"
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._idle: list[_Connection] = []
@@ -335,9 +334,12 @@ class UpstreamPool:
     ) -> None:
         assert connection.transport is not None
         transport = connection.transport
-        lines = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), b"Host: ", self.host_header]
-        for name, value in headers:
-            lines.append(f"\r\n{name}: {value}".encode("latin-1"))
+        # aiohttp decoded the client's header bytes as UTF-8 with surrogateescape: this restores
+        # them byte for byte (and its parser refused CR/LF in them, so nothing can be injected).
+        head = f"{method} {target} HTTP/1.1\r\nHost: {self.host_header}" + "".join(
+            [f"\r\n{name}: {value}" for name, value in headers]
+        )
+        lines = [head.encode("utf-8", "surrogateescape")]
         if isinstance(body, bytes):
             lines.append(b"\r\nContent-Length: %d\r\n\r\n" % len(body))
             transport.writelines([b"".join(lines), body])

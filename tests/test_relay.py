@@ -118,6 +118,13 @@ class TestPassthrough:
         stub_url = stub_server.make_url("")
         assert headers["host"] == f"{stub_url.host}:{stub_url.port}"  # the upstream's, not ours
 
+    async def test_non_ascii_header_bytes_reach_the_upstream_unchanged(self, gateway, stub) -> None:
+        # aiohttp's client sends this as UTF-8 bytes; the gateway must pass them on unchanged.
+        response = await gateway.get("/v1/models", headers={"X-Note": "café ✓"})
+        assert response.status == 200
+        forwarded = {k.lower(): v for k, v in stub.requests[-1].headers.items()}
+        assert forwarded["x-note"] == "café ✓"
+
     @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
     async def test_arbitrary_paths_methods_and_query_strings(self, gateway, method: str) -> None:
         target = "/v1/some/route/x-1?b=2&a=1&a=3&empty=&q=a%20b%2Fc"
