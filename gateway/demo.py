@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ async def run_demo(port: int = 0, keep_running: bool = False) -> int:
             ok = await _send_all(gateway_url, audio_dir, digests)
             if keep_running:
                 _print_try_it(gateway_url)
-                await asyncio.Event().wait()
+                await _until_interrupted()
         finally:
             await gateway_runner.cleanup()
             await stub_runner.cleanup()
@@ -103,11 +104,21 @@ async def _send_all(gateway_url: str, audio_dir: Path, digests: dict[str, str]) 
     return ok
 
 
+async def _until_interrupted() -> None:
+    """Wait for Ctrl-C or SIGTERM, so both servers shut down cleanly either way."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
 def _print_try_it(gateway_url: str) -> None:
     print(
         "Both servers stay up; try, then press Ctrl-C:\n"
         f"  curl -s {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
         """    -d '{"model": "demo", "messages": [{"role": "user", "content": "Hi"}], """
         """"metadata": {"audio_path": "tone_440hz.wav"}}'\n"""
-        f"  curl -s {gateway_url}/gateway/metrics | grep audio_gateway_cache\n"
+        f"  curl -s {gateway_url}/gateway/metrics | grep audio_gateway_cache\n",
+        flush=True,
     )

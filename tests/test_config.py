@@ -241,6 +241,35 @@ class TestCommandLine:
         assert str(tmp_path) in stderr.decode()
         assert (b"GLIBC_TUNABLES=" + HUGE_PAGE_TUNABLE.encode() in environ) is huge_pages
 
+    def test_demo_keep_running_leaves_the_gateway_up(self) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "demo", "--keep-running", "--port", f"{port}"],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for_health(f"http://127.0.0.1:{port}/gateway/health", process)
+            body = json.dumps(
+                {"model": "demo", "messages": [], "metadata": {"audio_path": "tone_440hz.wav"}}
+            ).encode()
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=CLI_TIMEOUT_SECONDS) as response:
+                answer = json.loads(response.read())
+            assert [clip["container"] for clip in answer["stub"]["clips"]] == ["wav"]
+        finally:
+            process.terminate()
+            stdout, _ = process.communicate(timeout=CLI_TIMEOUT_SECONDS)
+        assert process.returncode == 0  # SIGTERM shuts both servers down cleanly
+        assert b"curl" in stdout
+
     def test_demo_runs_end_to_end(self) -> None:
         script = Path(sys.executable).with_name("audio-gateway")
         command = [str(script)] if script.exists() else [sys.executable, "-m", "gateway"]
