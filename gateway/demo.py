@@ -48,6 +48,8 @@ def demo_sidechannels(audio_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 async def run_demo(port: int = 0, keep_running: bool = False) -> int:
+    # Installed first: a Ctrl-C or SIGTERM while the demo requests run still shuts down cleanly.
+    interrupted = _interrupt_event() if keep_running else None
     with tempfile.TemporaryDirectory(prefix="audio-gateway-demo-") as tmp:
         audio_dir = Path(tmp)
         for name, (seconds, frequency) in CLIPS.items():
@@ -69,9 +71,9 @@ async def run_demo(port: int = 0, keep_running: bool = False) -> int:
         print(f"audio-gateway on {gateway_url}, audio root {audio_dir}\n")
         try:
             ok = await _send_all(gateway_url, audio_dir, digests)
-            if keep_running:
+            if interrupted is not None:
                 _print_try_it(gateway_url)
-                await _until_interrupted()
+                await interrupted.wait()
         finally:
             await gateway_runner.cleanup()
             await stub_runner.cleanup()
@@ -104,13 +106,13 @@ async def _send_all(gateway_url: str, audio_dir: Path, digests: dict[str, str]) 
     return ok
 
 
-async def _until_interrupted() -> None:
-    """Wait for Ctrl-C or SIGTERM, so both servers shut down cleanly either way."""
+def _interrupt_event() -> asyncio.Event:
+    """An event set by Ctrl-C or SIGTERM, so both servers shut down cleanly either way."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
+    return stop
 
 
 def _print_try_it(gateway_url: str) -> None:

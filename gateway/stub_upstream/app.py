@@ -1,101 +1,21 @@
-"""A vLLM-faithful stub upstream, for tests, `audio-gateway demo` and `bench/`.
-
-It parses chat-completions and Responses bodies the way vLLM's OpenAI server does, rejects
-what vLLM would reject (unknown content parts, non-audio MIME types, bad base64, undecodable
-audio, `file://` outside its allowed media path, non-string Responses metadata), decodes every
-clip, and answers with what it got: per clip the sha256 of the decoded bytes, MIME type,
-size, duration and sample rate. Streams SSE when asked. Run alone with
-`python -m gateway.stub_upstream --port 8000`.
-"""
+"""The stub's aiohttp app: the vLLM routes it answers, and the helper routes tests use."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import binascii
 import hashlib
-import io
 import json
 import os
-import re
 import time
-import wave
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import msgspec
-import pybase64
 from aiohttp import web
 
-try:  # soundfile decodes FLAC/Ogg; WAV needs only the standard library.
-    import soundfile
-except (ImportError, OSError):  # pragma: no cover - depends on the machine
-    soundfile = None
-
-INPUT_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "m4a", "ogg", "opus", "webm", "aac"})
-CHAT_PART_KEYS = {
-    "text": "text",
-    "image_url": "image_url",
-    "audio_url": "audio_url",
-    "input_audio": "input_audio",
-    "video_url": "video_url",
-    "file": "file",
-    "refusal": "refusal",
-}
-RESPONSES_PART_KEYS = {
-    "input_text": "text",
-    "output_text": "text",
-    "input_image": "image_url",
-    "input_audio": "input_audio",
-    "input_file": "file_id",
-    "audio_url": "audio_url",
-}
-_DATA_URI = re.compile(r"^data:([^;,]+)((?:;[^;,]+)*);base64,", re.ASCII)
-
-
-class StubRejection(Exception):
-    """What vLLM would answer 400 to."""
-
-
-@dataclass
-class ReceivedRequest:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class StubState:
-    allowed_local_media_path: str | None = None
-    record: bool = True
-    requests: list[ReceivedRequest] = field(default_factory=list)
-    request_count: int = 0
-    audio_requests: int = 0
-    rejected: int = 0
-    streams_finished: int = 0
-    cancelled: int = 0
-    hold: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-stub_state_key = web.AppKey("stub_state_key", StubState)
-
-
-@dataclass(frozen=True)
-class ClipReport:
-    source: str  # "data" or "file"
-    mime: str
-    container: str
-    bytes: int
-    sha256: str
-    duration_seconds: float | None
-    sample_rate: int | None
-    channels: int | None
-    uuid: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+from .media import ClipReport, StubRejection
+from .parts import chat_message_clips, responses_item_clips
+from .state import ReceivedRequest, StubState, stub_state_key
 
 
 def create_stub_app(
@@ -166,7 +86,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[stub_state_key]
     clips: list[ClipReport] = []
     for message in messages:
-        clips.extend(await _chat_message_clips(message, state))
+        clips.extend(await chat_message_clips(message, state))
     report = _report(body, clips, messages[-1] if messages else None)
     state.audio_requests += bool(clips)
     if body.get("stream"):
@@ -188,148 +108,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "stub": report,
         }
     )
-
-
-async def _chat_message_clips(message: Any, state: StubState) -> list[ClipReport]:
-    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-        raise StubRejection("each message must be an object with a 'role'")
-    content = message.get("content")
-    if content is None or isinstance(content, str):
-        return []
-    if not isinstance(content, list):
-        raise StubRejection("message content must be a string, a list of parts or null")
-    return [clip for part in content if (clip := await _part_clip(part, CHAT_PART_KEYS, state))]
-
-
-async def _part_clip(part: Any, known: dict[str, str], state: StubState) -> ClipReport | None:
-    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-        raise StubRejection(f"a content part must be an object with a 'type': {part!r:.80}")
-    kind = part["type"]
-    if kind not in known:
-        raise StubRejection(f"Unknown part type: {kind}")
-    extra = set(part) - {"type", known[kind], "uuid"}
-    if extra:
-        raise StubRejection(f"unexpected keys {sorted(extra)} in a {kind} part")
-    if known[kind] not in part:
-        raise StubRejection(f"a {kind} part needs its {known[kind]!r} field")
-    uuid = part.get("uuid")
-    if uuid is not None and not isinstance(uuid, str):
-        raise StubRejection("a part's uuid must be a string")
-    if kind == "audio_url":
-        return await _audio_url_clip(part["audio_url"], state, uuid)
-    if kind == "input_audio":
-        return _input_audio_clip(part["input_audio"], uuid)
-    return None
-
-
-async def _audio_url_clip(value: Any, state: StubState, uuid: str | None) -> ClipReport:
-    url = value.get("url") if isinstance(value, dict) else None
-    if not isinstance(url, str):
-        raise StubRejection("audio_url.url must be a string")
-    if url.startswith("data:"):
-        match = _DATA_URI.match(url)
-        if match is None:
-            raise StubRejection("audio data URIs must be 'data:<mime>;base64,<data>'")
-        mime = match.group(1).lower()
-        if not mime.startswith("audio/"):
-            raise StubRejection(f"data URI MIME type {mime!r} is not audio")
-        return decode_audio(_b64(url[match.end() :]), "data", mime, uuid)
-    if url.startswith("file:"):
-        data = await _read_local_media(url, state)
-        return decode_audio(data, "file", "", uuid)
-    raise StubRejection(f"the stub fetches no remote media: {url[:40]!r}")
-
-
-def _input_audio_clip(value: Any, uuid: str | None) -> ClipReport:
-    if not isinstance(value, dict) or not isinstance(value.get("data"), str):
-        raise StubRejection("input_audio needs a base64 string 'data'")
-    fmt = value.get("format")
-    if fmt not in INPUT_AUDIO_FORMATS:
-        raise StubRejection(
-            f"input_audio.format {fmt!r} is not one of {sorted(INPUT_AUDIO_FORMATS)}"
-        )
-    if value["data"].startswith("data:"):
-        raise StubRejection("input_audio.data is bare base64, not a data URI")
-    return decode_audio(_b64(value["data"]), "data", f"audio/{fmt}", uuid)
-
-
-def _b64(payload: str) -> bytes:
-    try:
-        return pybase64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise StubRejection("audio data is not valid base64") from None
-
-
-async def _read_local_media(url: str, state: StubState) -> bytes:
-    """As vLLM's --allowed-local-media-path: only files under that directory are read."""
-    if state.allowed_local_media_path is None:
-        raise StubRejection("Cannot load local files without `--allowed-local-media-path`.")
-    parsed = urlparse(url)
-    path = os.path.realpath(unquote(parsed.path))
-    root = state.allowed_local_media_path
-    if not (path == root or path.startswith(root.rstrip(os.sep) + os.sep)):
-        raise StubRejection(
-            f"The file path {path} must be a subpath of `--allowed-local-media-path` {root}."
-        )
-    try:
-        return await asyncio.to_thread(_read_file, path)
-    except OSError as exc:
-        raise StubRejection(f"cannot read {path}: {exc.strerror}") from None
-
-
-def _read_file(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-def decode_audio(data: bytes, source: str, mime: str, uuid: str | None) -> ClipReport:
-    """Decode the clip as vLLM's audio loader would, by content; raise when it cannot."""
-    if not data:
-        raise StubRejection("empty audio")
-    container = _container(data[:12])
-    duration = rate = channels = None
-    if container == "wav":
-        try:
-            with wave.open(io.BytesIO(data)) as clip:
-                rate, channels = clip.getframerate(), clip.getnchannels()
-                frames = clip.getnframes()
-                clip.readframes(min(frames, 16))
-            duration = frames / rate
-        except (wave.Error, EOFError) as exc:
-            raise StubRejection(f"failed to decode WAV audio: {exc}") from None
-    elif container in ("flac", "ogg") and soundfile is not None:
-        try:
-            info = soundfile.info(io.BytesIO(data))
-        except RuntimeError as exc:
-            raise StubRejection(f"failed to decode {container} audio: {exc}") from None
-        rate, channels, duration = info.samplerate, info.channels, info.duration
-    elif container is None:
-        raise StubRejection("failed to decode audio: no known audio container")
-    return ClipReport(
-        source=source,
-        mime=mime,
-        container=container,
-        bytes=len(data),
-        sha256=hashlib.sha256(data).hexdigest(),
-        duration_seconds=duration,
-        sample_rate=rate,
-        channels=channels,
-        uuid=uuid,
-    )
-
-
-def _container(head: bytes) -> str | None:
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return "wav"
-    if head[:4] == b"fLaC":
-        return "flac"
-    if head[:4] == b"OggS":
-        return "ogg"
-    if head[4:8] == b"ftyp":
-        return "mp4"
-    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
-        return "mp3"
-    return None
 
 
 def _report(body: dict[str, Any], clips: list[ClipReport], last: Any) -> dict[str, Any]:
@@ -388,7 +166,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     last: Any = None
     if isinstance(items, list):
         for item in items:
-            clips.extend(await _responses_item_clips(item, state))
+            clips.extend(await responses_item_clips(item, state))
             last = item
     elif not isinstance(items, str):
         raise StubRejection("'input' must be a string or a list of items")
@@ -424,21 +202,6 @@ async def responses(request: web.Request) -> web.StreamResponse:
     )
     await _sse(response, {"type": "response.completed", "response": result}, "response.completed")
     return await _finish_sse(request, response)
-
-
-async def _responses_item_clips(item: Any, state: StubState) -> list[ClipReport]:
-    if not isinstance(item, dict):
-        raise StubRejection("each input item must be an object")
-    if item.get("type", "message") != "message":
-        return []
-    if not isinstance(item.get("role"), str):
-        raise StubRejection("a message item needs a 'role'")
-    content = item.get("content")
-    if isinstance(content, str):
-        return []
-    if not isinstance(content, list):
-        raise StubRejection("message content must be a string or a list of parts")
-    return [c for part in content if (c := await _part_clip(part, RESPONSES_PART_KEYS, state))]
 
 
 # --- SSE plumbing -----------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""What the stub does with one clip: take it from a data URI or a file:// URL and decode it
+the way vLLM's audio loader would (by content), or reject it as vLLM would."""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import hashlib
+import io
+import os
+import re
+import wave
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pybase64
+
+try:  # soundfile decodes FLAC/Ogg; WAV needs only the standard library.
+    import soundfile
+except (ImportError, OSError):  # pragma: no cover - depends on the machine
+    soundfile = None
+
+INPUT_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "m4a", "ogg", "opus", "webm", "aac"})
+DATA_URI = re.compile(r"^data:([^;,]+)((?:;[^;,]+)*);base64,", re.ASCII)
+
+
+class StubRejection(Exception):
+    """What vLLM would answer 400 to."""
+
+
+@dataclass(frozen=True)
+class ClipReport:
+    source: str  # "data" or "file"
+    mime: str
+    container: str
+    bytes: int
+    sha256: str
+    duration_seconds: float | None
+    sample_rate: int | None
+    channels: int | None
+    uuid: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def b64_bytes(payload: str) -> bytes:
+    try:
+        return pybase64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise StubRejection("audio data is not valid base64") from None
+
+
+async def read_local_media(url: str, allowed_path: str | None) -> bytes:
+    """As vLLM's --allowed-local-media-path: only files under that directory are read."""
+    if allowed_path is None:
+        raise StubRejection("Cannot load local files without `--allowed-local-media-path`.")
+    return await asyncio.to_thread(_read_local_file, unquote(urlparse(url).path), allowed_path)
+
+
+def _read_local_file(path: str, root: str) -> bytes:
+    """Blocking (realpath and read): runs on a worker thread."""
+    real = os.path.realpath(path)
+    if not (real == root or real.startswith(root.rstrip(os.sep) + os.sep)):
+        raise StubRejection(
+            f"The file path {real} must be a subpath of `--allowed-local-media-path` {root}."
+        )
+    try:
+        with open(real, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise StubRejection(f"cannot read {real}: {exc.strerror}") from None
+
+
+def decode_audio(data: bytes, source: str, mime: str, uuid: str | None) -> ClipReport:
+    """Decode the clip as vLLM's audio loader would, by content; raise when it cannot."""
+    if not data:
+        raise StubRejection("empty audio")
+    container = _container(data[:12])
+    duration = rate = channels = None
+    if container == "wav":
+        try:
+            with wave.open(io.BytesIO(data)) as clip:
+                rate, channels = clip.getframerate(), clip.getnchannels()
+                frames = clip.getnframes()
+                clip.readframes(min(frames, 16))
+            duration = frames / rate
+        except (wave.Error, EOFError) as exc:
+            raise StubRejection(f"failed to decode WAV audio: {exc}") from None
+    elif container in ("flac", "ogg") and soundfile is not None:
+        try:
+            info = soundfile.info(io.BytesIO(data))
+        except RuntimeError as exc:
+            raise StubRejection(f"failed to decode {container} audio: {exc}") from None
+        rate, channels, duration = info.samplerate, info.channels, info.duration
+    elif container is None:
+        raise StubRejection("failed to decode audio: no known audio container")
+    return ClipReport(
+        source=source,
+        mime=mime,
+        container=container,
+        bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        duration_seconds=duration,
+        sample_rate=rate,
+        channels=channels,
+        uuid=uuid,
+    )
+
+
+def _container(head: bytes) -> str | None:
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "wav"
+    if head[:4] == b"fLaC":
+        return "flac"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if head[4:8] == b"ftyp":
+        return "mp4"
+    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "mp3"
+    return None

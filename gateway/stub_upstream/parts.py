@@ -1,0 +1,112 @@
+"""Content parts as vLLM parses them: known types only, their fields, and the audio in them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .media import (
+    DATA_URI,
+    INPUT_AUDIO_FORMATS,
+    ClipReport,
+    StubRejection,
+    b64_bytes,
+    decode_audio,
+    read_local_media,
+)
+from .state import StubState
+
+CHAT_PART_KEYS = {
+    "text": "text",
+    "image_url": "image_url",
+    "audio_url": "audio_url",
+    "input_audio": "input_audio",
+    "video_url": "video_url",
+    "file": "file",
+    "refusal": "refusal",
+}
+RESPONSES_PART_KEYS = {
+    "input_text": "text",
+    "output_text": "text",
+    "input_image": "image_url",
+    "input_audio": "input_audio",
+    "input_file": "file_id",
+    "audio_url": "audio_url",
+}
+
+
+async def chat_message_clips(message: Any, state: StubState) -> list[ClipReport]:
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise StubRejection("each message must be an object with a 'role'")
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return []
+    if not isinstance(content, list):
+        raise StubRejection("message content must be a string, a list of parts or null")
+    return [clip for part in content if (clip := await _part_clip(part, CHAT_PART_KEYS, state))]
+
+
+async def _part_clip(part: Any, known: dict[str, str], state: StubState) -> ClipReport | None:
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        raise StubRejection(f"a content part must be an object with a 'type': {part!r:.80}")
+    kind = part["type"]
+    if kind not in known:
+        raise StubRejection(f"Unknown part type: {kind}")
+    extra = set(part) - {"type", known[kind], "uuid"}
+    if extra:
+        raise StubRejection(f"unexpected keys {sorted(extra)} in a {kind} part")
+    if known[kind] not in part:
+        raise StubRejection(f"a {kind} part needs its {known[kind]!r} field")
+    uuid = part.get("uuid")
+    if uuid is not None and not isinstance(uuid, str):
+        raise StubRejection("a part's uuid must be a string")
+    if kind == "audio_url":
+        return await _audio_url_clip(part["audio_url"], state, uuid)
+    if kind == "input_audio":
+        return _input_audio_clip(part["input_audio"], uuid)
+    return None
+
+
+async def _audio_url_clip(value: Any, state: StubState, uuid: str | None) -> ClipReport:
+    url = value.get("url") if isinstance(value, dict) else None
+    if not isinstance(url, str):
+        raise StubRejection("audio_url.url must be a string")
+    if url.startswith("data:"):
+        match = DATA_URI.match(url)
+        if match is None:
+            raise StubRejection("audio data URIs must be 'data:<mime>;base64,<data>'")
+        mime = match.group(1).lower()
+        if not mime.startswith("audio/"):
+            raise StubRejection(f"data URI MIME type {mime!r} is not audio")
+        return decode_audio(b64_bytes(url[match.end() :]), "data", mime, uuid)
+    if url.startswith("file:"):
+        data = await read_local_media(url, state.allowed_local_media_path)
+        return decode_audio(data, "file", "", uuid)
+    raise StubRejection(f"the stub fetches no remote media: {url[:40]!r}")
+
+
+def _input_audio_clip(value: Any, uuid: str | None) -> ClipReport:
+    if not isinstance(value, dict) or not isinstance(value.get("data"), str):
+        raise StubRejection("input_audio needs a base64 string 'data'")
+    fmt = value.get("format")
+    if fmt not in INPUT_AUDIO_FORMATS:
+        raise StubRejection(
+            f"input_audio.format {fmt!r} is not one of {sorted(INPUT_AUDIO_FORMATS)}"
+        )
+    if value["data"].startswith("data:"):
+        raise StubRejection("input_audio.data is bare base64, not a data URI")
+    return decode_audio(b64_bytes(value["data"]), "data", f"audio/{fmt}", uuid)
+
+
+async def responses_item_clips(item: Any, state: StubState) -> list[ClipReport]:
+    if not isinstance(item, dict):
+        raise StubRejection("each input item must be an object")
+    if item.get("type", "message") != "message":
+        return []
+    if not isinstance(item.get("role"), str):
+        raise StubRejection("a message item needs a 'role'")
+    content = item.get("content")
+    if isinstance(content, str):
+        return []
+    if not isinstance(content, list):
+        raise StubRejection("message content must be a string or a list of parts")
+    return [c for part in content if (c := await _part_clip(part, RESPONSES_PART_KEYS, state))]

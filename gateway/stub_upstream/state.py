@@ -1,0 +1,32 @@
+"""What the stub remembers: every request (when recording), counters, and the hold gate."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+
+@dataclass
+class ReceivedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class StubState:
+    allowed_local_media_path: str | None = None
+    record: bool = True
+    requests: list[ReceivedRequest] = field(default_factory=list)
+    request_count: int = 0
+    audio_requests: int = 0
+    rejected: int = 0
+    streams_finished: int = 0
+    cancelled: int = 0
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+stub_state_key = web.AppKey("stub_state_key", StubState)
