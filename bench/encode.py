@@ -34,14 +34,14 @@ def best_seconds(repeats: int, action: Callable[[], float | None]) -> float:
 
 def gateway_encode_seconds(path: Path, repeats: int) -> list[float]:
     """`repeats` cold `encode_clip` calls (each a cache miss: the file read and encoded anew)
-    in one process started the way `audio-gateway serve` starts (huge-page malloc tunable
+    in one process started the way `audio-gateway serve` starts (malloc tunables
     included), so the figures are the gateway's as it runs. The first call also pays for the
     process's first touch of its memory; later ones reuse it, as a long-running gateway does."""
-    from gateway.tuning import huge_page_malloc_env
+    from gateway.tuning import malloc_tuning_env
 
     done = subprocess.run(
         [sys.executable, "-m", "bench.encode", str(path), str(repeats)],
-        env=huge_page_malloc_env(os.environ),
+        env=malloc_tuning_env(os.environ),
         capture_output=True,
         text=True,
         check=True,

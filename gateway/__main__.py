@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from .app import create_app
 from .config import Config, ConfigError, describe_validation_error, load_config
-from .tuning import reexec_with_huge_page_malloc, tune_garbage_collector
+from .tuning import reexec_with_malloc_tuning, tune_garbage_collector
 
 log = logging.getLogger("gateway")
 
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"audio-gateway: {exc}", file=sys.stderr)
         sys.exit(2)
-    if config.server.huge_page_malloc:
-        reexec_with_huge_page_malloc(argv)
+    if config.server.malloc_tuning:
+        reexec_with_malloc_tuning(argv)
     serve(config)
 
 

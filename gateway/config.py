@@ -52,7 +52,7 @@ class ServerConfig(_Section):
     max_body_bytes: ByteSize = 64 * 1024**2
     access_log: bool = False
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
-    huge_page_malloc: bool = True
+    malloc_tuning: bool = True
 
 
 class UpstreamConfig(_Section):

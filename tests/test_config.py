@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.config import Config, ConfigError, load_config, validate_config
-from gateway.tuning import HUGE_PAGE_TUNABLE, TUNED_MARKER
+from gateway.tuning import MALLOC_TUNABLES, TUNED_MARKER
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "config.example.toml"
@@ -200,15 +200,13 @@ class TestCommandLine:
                 if process.stderr is not None:
                     process.stderr.close()
 
-    @pytest.mark.parametrize("huge_pages", [True, False])
-    def test_serve_warns_about_file_url_and_tunes_malloc(
-        self, tmp_path: Path, huge_pages: bool
-    ) -> None:
+    @pytest.mark.parametrize("tuned", [True, False])
+    def test_serve_warns_about_file_url_and_tunes_malloc(self, tmp_path: Path, tuned: bool) -> None:
         """file_url mode: a start-up warning that vLLM's --allowed-local-media-path cannot be
-        verified from here; huge_page_malloc: the process re-executes with the glibc tunable."""
+        verified from here; malloc_tuning: the process re-executes with the glibc tunables."""
         config = tmp_path / "file_url.toml"
         config.write_text(
-            f"[server]\nhuge_page_malloc = {str(huge_pages).lower()}\n"
+            f"[server]\nmalloc_tuning = {str(tuned).lower()}\n"
             f'[audio]\nroot = "{tmp_path}"\n[splice]\nmode = "file_url"\n'
         )
         with socket.socket() as sock:
@@ -233,13 +231,15 @@ class TestCommandLine:
         )
         try:
             wait_for_health(f"http://127.0.0.1:{port}/gateway/health", process)
-            environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+            # glibc cuts GLIBC_TUNABLES up in place while parsing it, so look for each tunable.
+            environ = Path(f"/proc/{process.pid}/environ").read_bytes()
         finally:
             process.terminate()
             _, stderr = process.communicate(timeout=CLI_TIMEOUT_SECONDS)
         assert "--allowed-local-media-path" in stderr.decode()
         assert str(tmp_path) in stderr.decode()
-        assert (b"GLIBC_TUNABLES=" + HUGE_PAGE_TUNABLE.encode() in environ) is huge_pages
+        assert all(tunable.encode() in environ for tunable in MALLOC_TUNABLES) is tuned
+        assert (f"{TUNED_MARKER}=1".encode() in environ) is tuned
 
     def test_demo_keep_running_leaves_the_gateway_up(self) -> None:
         with socket.socket() as sock:
