@@ -166,9 +166,7 @@ class TestCommandLine:
         assert "upstream.url" in result.stderr
 
     def test_serve_runs_with_overrides(self, tmp_path: Path) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -209,9 +207,7 @@ class TestCommandLine:
             f"[server]\nmalloc_tuning = {str(tuned).lower()}\n"
             f'[audio]\nroot = "{tmp_path}"\n[splice]\nmode = "file_url"\n'
         )
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", TUNED_MARKER)}
         process = subprocess.Popen(
             [
@@ -242,9 +238,7 @@ class TestCommandLine:
         assert (f"{TUNED_MARKER}=1".encode() in environ) is tuned
 
     def test_demo_keep_running_leaves_the_gateway_up(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "demo", "--keep-running", "--port", f"{port}"],
             cwd=REPO_ROOT,
@@ -286,6 +280,12 @@ class TestCommandLine:
             assert f"{form}-> HTTP 200" in result.stdout
         assert "sha256 matches" in result.stdout
         assert "NO MATCHING FILE" not in result.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def wait_for_health(url: str, process: subprocess.Popen[bytes]) -> dict[str, Any]:
