@@ -90,10 +90,7 @@ def rewriting(shape: RouteShape) -> Handler:
         raw = await request.read()
         payload = await request.app[pipeline_key].rewrite(raw, shape)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
-        headers = request_headers_for_upstream(request)
-        if payload is not raw:
-            headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
-            headers.append(("Content-Type", "application/json"))
+        headers = request_headers_for_upstream(request, json_body=payload is not raw)
         try:
             return await _relay(request, headers=headers, body=payload)
         finally:

@@ -8,11 +8,11 @@ that the connection is cut, which is all HTTP allows.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 
 from .body import SegmentedPayload
 from .config import UpstreamConfig
@@ -55,29 +55,32 @@ def upstream_target(pool: UpstreamPool, request: web.Request) -> str:
     return pool.path_prefix + request.raw_path
 
 
-def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
-    named: set[str] = set()
-    for value in headers.getall("Connection", ()):
-        named.update(token.strip().lower() for token in value.split(","))
-    return named
+def _named_in_connection(values: Iterable[str]) -> set[str]:
+    """The header names a `Connection` header lists: hop-by-hop for this hop only."""
+    return {token.strip().lower() for value in values for token in value.split(",")}
 
 
-def request_headers_for_upstream(request: web.Request) -> list[tuple[str, str]]:
+def request_headers_for_upstream(
+    request: web.Request, *, json_body: bool = False
+) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop ones, Host, and the framing the relay recomputes.
 
     aiohttp's server has already decoded any request Content-Encoding, so that header cannot be
-    forwarded either.
+    forwarded either. With `json_body` (a body the gateway rewrote) the Content-Type is ours.
     """
-    drop = HOP_BY_HOP_HEADERS | _connection_named(request.headers) | FRAMING_HEADERS
-    return [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
+    drop = HOP_BY_HOP_HEADERS | _named_in_connection(request.headers.getall("Connection", ()))
+    drop |= FRAMING_HEADERS
+    if json_body:
+        drop |= {"content-type"}
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
+    if json_body:
+        headers.append(("Content-Type", "application/json"))
+    return headers
 
 
 def response_headers_for_client(headers: RawHeaders) -> CIMultiDict[str]:
-    named: set[str] = set()
-    for key, value in headers:
-        if key.lower() == b"connection":
-            named.update(token.strip().lower() for token in value.decode("latin-1").split(","))
-    drop = HOP_BY_HOP_HEADERS | named | {"content-length"}
+    connection = [v.decode("latin-1") for k, v in headers if k.lower() == b"connection"]
+    drop = HOP_BY_HOP_HEADERS | _named_in_connection(connection) | {"content-length"}
     kept: CIMultiDict[str] = CIMultiDict()
     for key, value in headers:
         name = key.decode("latin-1")

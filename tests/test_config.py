@@ -167,24 +167,10 @@ class TestCommandLine:
 
     def test_serve_runs_with_overrides(self, tmp_path: Path) -> None:
         port = free_port()
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "serve",
-                "--config",
-                str(EXAMPLE),
-                "--port",
-                str(port),
-                "--upstream",
-                "http://127.0.0.1:9",
-                "--audio-root",
-                str(tmp_path),
-            ],
-            cwd=REPO_ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+        process = start_gateway(
+            "serve",
+            *("--config", str(EXAMPLE), "--port", f"{port}"),
+            *("--upstream", "http://127.0.0.1:9", "--audio-root", str(tmp_path)),
         )
         try:
             health = wait_for_health(f"http://127.0.0.1:{port}/gateway/health", process)
@@ -209,22 +195,7 @@ class TestCommandLine:
         )
         port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", TUNED_MARKER)}
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "serve",
-                "--config",
-                str(config),
-                "--port",
-                str(port),
-            ],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        process = start_gateway("serve", "--config", str(config), "--port", f"{port}", env=env)
         try:
             wait_for_health(f"http://127.0.0.1:{port}/gateway/health", process)
             # glibc cuts GLIBC_TUNABLES up in place while parsing it, so look for each tunable.
@@ -239,11 +210,8 @@ class TestCommandLine:
 
     def test_demo_keep_running_leaves_the_gateway_up(self) -> None:
         port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "demo", "--keep-running", "--port", f"{port}"],
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+        process = start_gateway(
+            "demo", "--keep-running", "--port", f"{port}", stdout=subprocess.PIPE
         )
         try:
             wait_for_health(f"http://127.0.0.1:{port}/gateway/health", process)
@@ -286,6 +254,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def start_gateway(
+    *args: str, env: dict[str, str] | None = None, stdout: int = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    """`python -m gateway ARGS` in the background, its stderr kept for failure messages."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for_health(url: str, process: subprocess.Popen[bytes]) -> dict[str, Any]:

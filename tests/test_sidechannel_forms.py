@@ -464,3 +464,20 @@ async def test_large_inline_audio_is_validated_across_chunks(
         error = await gateway_error(await post(broken), 400, "metadata.audio_data")
         assert "base64" in error["message"]
         assert stub.request_count == before
+
+
+async def test_a_rewritten_body_is_framed_as_json_of_its_exact_length(
+    gateway, stub: StubState, audio_dir: Path
+) -> None:
+    """Whatever Content-Type the client sent, the body the gateway wrote is JSON, and its
+    Content-Length is the rewritten body's own, not the client's."""
+    raw = json.dumps(chat_body({"audio_path": "a.wav"})).encode()
+    response = await gateway.post(
+        "/v1/chat/completions", data=raw, headers={"Content-Type": "text/plain; charset=utf-8"}
+    )
+    assert response.status == 200, await response.text()
+    forwarded = stub.requests[-1]
+    headers = {k.lower(): v for k, v in forwarded.headers.items()}
+    assert headers["content-type"] == "application/json"
+    assert int(headers["content-length"]) == len(forwarded.body) > len(raw)
+    assert clip_shas(await response.json()) == [sha256_of(audio_dir / "a.wav")]
