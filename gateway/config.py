@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from .origin import OriginError, UpstreamOrigin, parse_origin
+
 _SIZE_UNITS = {
     "": 1,
     "b": 1,
@@ -57,16 +59,29 @@ class ServerConfig(_Section):
 
 class UpstreamConfig(_Section):
     url: str = "http://127.0.0.1:8000"
+    ca_file: str = ""
     connect_timeout_seconds: float = Field(10.0, gt=0)
     read_timeout_seconds: float = Field(600.0, gt=0)
     max_connections: int = Field(512, ge=0)
 
     @field_validator("url")
     @classmethod
-    def _http_origin(cls, url: str) -> str:
-        if not re.match(r"^https?://[^/]+", url):
-            raise ValueError("must be an http(s) origin such as 'http://127.0.0.1:8000'")
-        return url.rstrip("/")
+    def _origin(cls, url: str) -> str:
+        try:
+            parse_origin(url)
+        except OriginError as exc:
+            raise ValueError(str(exc)) from None
+        return url.rstrip("/") if not url.startswith("unix:") else url
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file_absolute(cls, ca_file: str) -> str:
+        if ca_file and not Path(ca_file).is_absolute():
+            raise ValueError("must be an absolute path to a PEM file of CA certificates")
+        return ca_file
+
+    def origin(self) -> UpstreamOrigin:
+        return parse_origin(self.url, self.ca_file)
 
 
 class AudioConfig(_Section):

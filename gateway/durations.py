@@ -1,0 +1,79 @@
+"""Audio duration from a container's header, without decoding. Pure.
+
+Formats whose header states the length: WAV (RIFF `fmt ` + `data` chunk sizes) and FLAC
+(STREAMINFO total samples). Everything else (MP3, Ogg/Opus, M4A), or a header that does not
+say (a streamed WAV with a placeholder size, a FLAC with 0 total samples), gives None:
+unknown, never a guess.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+HEADER_BYTES = 64 * 1024  # enough for the fmt/data chunks of any sane WAV and FLAC's STREAMINFO
+_WAV_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # what streaming writers put before they know the length
+
+
+@dataclass(frozen=True, slots=True)
+class AudioHeader:
+    """What a header says: frames per channel, channels and sample rate."""
+
+    frames: int
+    channels: int
+    sample_rate: int
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.sample_rate
+
+
+def read_header(head: bytes, total_bytes: int | None = None) -> AudioHeader | None:
+    """The header of a WAV or FLAC file whose first bytes are `head`; None when unknown.
+
+    `total_bytes` (the file's size, when known) bounds a WAV `data` chunk whose declared size
+    runs past the end of the file, as truncated or streamed files have."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return _wav_header(head, total_bytes)
+    if head[:4] == b"fLaC":
+        return _flac_header(head)
+    return None
+
+
+def _wav_header(head: bytes, total_bytes: int | None) -> AudioHeader | None:
+    offset = 12
+    channels = rate = block_align = 0
+    while offset + 8 <= len(head):
+        chunk_id = head[offset : offset + 4]
+        (size,) = struct.unpack_from("<I", head, offset + 4)
+        body = offset + 8
+        if chunk_id == b"fmt ":
+            if body + 16 > len(head):
+                return None
+            _, channels, rate, _, block_align = struct.unpack_from("<HHIIH", head, body)
+        elif chunk_id == b"data":
+            if not (channels and rate and block_align):
+                return None  # no usable fmt chunk before the data
+            available = None if total_bytes is None else max(0, total_bytes - body)
+            if size in _WAV_UNKNOWN_SIZES:
+                if available is None:
+                    return None
+                size = available
+            elif available is not None:
+                size = min(size, available)
+            return AudioHeader(size // block_align, channels, rate)
+        offset = body + size + (size & 1)  # chunks are padded to an even length
+    return None
+
+
+def _flac_header(head: bytes) -> AudioHeader | None:
+    # "fLaC", then the first metadata block, which must be STREAMINFO (type 0, 34 bytes).
+    if len(head) < 8 + 34 or head[4] & 0x7F != 0:
+        return None
+    (packed,) = struct.unpack_from(">Q", head, 8 + 10)
+    rate = packed >> 44
+    channels = ((packed >> 41) & 0x7) + 1
+    frames = packed & 0xFFFFFFFFF
+    if not rate or not frames:
+        return None
+    return AudioHeader(frames, channels, rate)
