@@ -89,6 +89,7 @@ class AudioConfig(_Section):
     allowed_roots: list[str] = []
     max_file_bytes: ByteSize = 25 * 1024**2
     max_clips: int = Field(16, ge=1)
+    max_duration_seconds: float = Field(600.0, gt=0)
     resolver_threads: int = Field(1, ge=1, le=64)
 
     @field_validator("root")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .errors import PayloadTooLarge
+
 HEADER_BYTES = 64 * 1024  # enough for the fmt/data chunks of any sane WAV and FLAC's STREAMINFO
 _WAV_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # what streaming writers put before they know the length
 
@@ -77,3 +79,17 @@ def _flac_header(head: bytes) -> AudioHeader | None:
     if not rate or not frames:
         return None
     return AudioHeader(frames, channels, rate)
+
+
+def check_duration(
+    header: AudioHeader | None, max_seconds: float, *, label: str, given: str, param: str
+) -> None:
+    """413 `audio_too_long` when the header says the clip runs past `max_seconds` (vLLM's
+    VLLM_MAX_AUDIO_DECODE_DURATION_S); a clip of unknown length passes (vLLM decides)."""
+    if header is not None and header.seconds > max_seconds:
+        raise PayloadTooLarge(
+            f"{label}: {given!r} is {header.seconds:.1f} s of audio, over the limit of "
+            f"{max_seconds:g} s (audio.max_duration_seconds; vLLM refuses longer audio)",
+            param=param,
+            code="audio_too_long",
+        )

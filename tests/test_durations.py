@@ -97,3 +97,21 @@ def test_garbage_never_raises(blob: bytes):
         header = read_header(prefix + blob)
         if header is not None:
             assert header.frames >= 0 and header.sample_rate > 0 and header.channels > 0
+
+
+def test_check_duration_names_the_clip_and_the_limit():
+    from gateway.durations import AudioHeader, check_duration
+    from gateway.errors import PayloadTooLarge
+
+    check_duration(None, 1.0, label="x", given="a.ogg", param="metadata.audio_path")
+    check_duration(AudioHeader(16000, 1, 16000), 1.0, label="x", given="a.wav", param="p")
+    with pytest.raises(PayloadTooLarge) as caught:
+        check_duration(
+            AudioHeader(16001, 1, 16000),
+            1.0,
+            label="metadata.audio_paths[1]",
+            given="b.wav",
+            param="metadata.audio_paths",
+        )
+    assert caught.value.code == "audio_too_long" and caught.value.status == 413
+    assert "metadata.audio_paths[1]" in caught.value.message and "'b.wav'" in caught.value.message
