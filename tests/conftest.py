@@ -37,9 +37,12 @@ def audio_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def stub_server(audio_dir: Path) -> AsyncIterator[TestServer]:
-    """The vLLM-faithful stub, allowed to read local media under the audio root's parent."""
-    server = TestServer(create_stub_app(str(audio_dir.parent)))
+async def stub_server(audio_dir: Path, request: pytest.FixtureRequest) -> AsyncIterator[TestServer]:
+    """The vLLM-faithful stub, allowed to read local media under the audio root's parent;
+    `@pytest.mark.stub(**kwargs)` passes more `create_stub_app` arguments."""
+    marker = request.node.get_closest_marker("stub")
+    options = marker.kwargs if marker is not None else {}
+    server = TestServer(create_stub_app(str(audio_dir.parent), **options))
     await server.start_server()
     yield server
     await server.close()

@@ -60,8 +60,10 @@ async def post_responses(client: Client, metadata: dict[str, Any]) -> dict[str, 
     return answer
 
 
-def clips(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    reported: list[dict[str, Any]] = answer["stub"]["clips"]
+def clips(stub: StubState) -> list[dict[str, Any]]:
+    """What the stub decoded from the last request (chat, Responses or bridged Responses)."""
+    assert stub.last_report is not None
+    reported: list[dict[str, Any]] = stub.last_report["clips"]
     return reported
 
 
@@ -89,7 +91,7 @@ async def test_input_audio_chat_parts(
         input_audio(paths[2]),
         PROMPT,
     ]
-    assert [clip["sha256"] for clip in clips(answer)] == [sha256_of(path) for path in paths]
+    assert [clip["sha256"] for clip in clips(stub)] == [sha256_of(path) for path in paths]
     assert answer["stub"]["last_message_part_types"] == ["input_audio"] * 3 + ["text"]
 
 
@@ -102,7 +104,7 @@ async def test_input_audio_chat_parts_for_inline_and_streamed_audio(
     big = write_tone(audio_dir / "big.wav", 10.0, 440.0)  # 320 KB: streamed, not cached
     answer = await post_chat(gateway, {"audio_path": "big.wav"})
     assert sent_parts(stub) == [input_audio(big), PROMPT]
-    assert [clip["sha256"] for clip in clips(answer)] == [sha256_of(big)]
+    assert [clip["sha256"] for clip in clips(stub)] == [sha256_of(big)]
 
     payload = b64_of(audio_dir / "c.wav")
     answer = await post_chat(gateway, {"audio_data": f"data:audio/wav;base64,{payload}"})
@@ -110,7 +112,7 @@ async def test_input_audio_chat_parts_for_inline_and_streamed_audio(
         "type": "input_audio",
         "input_audio": {"data": payload, "format": "wav"},
     }
-    assert [clip["sha256"] for clip in clips(answer)] == [sha256_of(audio_dir / "c.wav")]
+    assert [clip["sha256"] for clip in clips(stub)] == [sha256_of(audio_dir / "c.wav")]
 
 
 # --- mode = "file_url" -----------------------------------------------------------------------
@@ -129,41 +131,56 @@ async def test_file_url_mode_sends_the_real_path_and_no_base64(
     targets = [audio_dir / "a.wav", audio_dir / "b.wav", audio_dir / "sub/take #2 100%.wav"]
     targets.append(audio_dir / "a.wav")
     assert sent_parts(stub) == [*map(file_url_part, targets), PROMPT]
-    assert [(clip["source"], clip["sha256"]) for clip in clips(answer)] == [
+    assert [(clip["source"], clip["sha256"]) for clip in clips(stub)] == [
         ("file", sha256_of(path)) for path in targets
     ]
     assert b"base64" not in stub.requests[-1].body
     assert (await cache_stats(gateway))["encoded"] == 0
 
 
+RESPONSES_MODES = [
+    pytest.param("chat_bridge", "text", id="chat-bridge"),
+    pytest.param(
+        "input_audio",
+        "input_text",
+        id="input-audio",
+        marks=pytest.mark.stub(responses_accept_audio=True),
+    ),
+]
+
+
+@pytest.mark.parametrize(("audio", "text_type"), RESPONSES_MODES)
 async def test_file_url_mode_on_the_responses_route(
-    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, audio: str, text_type: str
 ) -> None:
-    gateway = await make_gateway(splice=FILE_URL)
-    answer = await post_responses(gateway, {"audio_paths": ["c.wav", "a.wav"]})
+    gateway = await make_gateway(splice=FILE_URL, responses={"audio": audio})
+    await post_responses(gateway, {"audio_paths": ["c.wav", "a.wav"]})
     paths = [audio_dir / "c.wav", audio_dir / "a.wav"]
     assert sent_parts(stub) == [
         *map(file_url_part, paths),
-        {"type": "input_text", "text": "Transcribe."},
+        {"type": text_type, "text": "Transcribe."},
     ]
-    assert [(clip["source"], clip["sha256"]) for clip in clips(answer)] == [
+    assert [(clip["source"], clip["sha256"]) for clip in clips(stub)] == [
         ("file", sha256_of(path)) for path in paths
     ]
 
 
+@pytest.mark.parametrize(("audio", "text_type"), RESPONSES_MODES)
 async def test_audio_data_stays_a_data_uri_in_file_url_mode(
-    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, audio: str, text_type: str
 ) -> None:
-    gateway = await make_gateway(splice=FILE_URL)
+    gateway = await make_gateway(splice=FILE_URL, responses={"audio": audio})
     clip = audio_dir / "b.wav"
     uri = f"data:audio/wav;base64,{b64_of(clip)}"
-    answer = await post_chat(gateway, {"audio_data": uri})
+    await post_chat(gateway, {"audio_data": uri})
     assert sent_parts(stub) == [{"type": "audio_url", "audio_url": {"url": uri}}, PROMPT]
-    assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
+    assert [(c["source"], c["sha256"]) for c in clips(stub)] == [("data", sha256_of(clip))]
 
-    answer = await post_responses(gateway, {"audio_data": uri})
-    assert sent_parts(stub)[0] == input_audio(clip)
-    assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
+    await post_responses(gateway, {"audio_data": uri})
+    # the bridge splices chat parts (chat_part = "audio_url"); input_audio mode Responses parts
+    expected = {"type": "audio_url", "audio_url": {"url": uri}}
+    assert sent_parts(stub)[0] == (expected if audio == "chat_bridge" else input_audio(clip))
+    assert [(c["source"], c["sha256"]) for c in clips(stub)] == [("data", sha256_of(clip))]
 
 
 @pytest.fixture
@@ -244,7 +261,7 @@ async def test_the_stub_refuses_file_urls_outside_its_allowed_path(
 
     inlined = await make_gateway(audio={"allowed_roots": roots})  # data URIs: vLLM reads nothing
     answer = await post_chat(inlined, {"audio_path": str(clip)})
-    assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
+    assert [(c["source"], c["sha256"]) for c in clips(stub)] == [("data", sha256_of(clip))]
 
 
 async def test_the_stub_reads_file_urls_only_under_its_allowed_path(
@@ -298,7 +315,7 @@ async def test_part_uuid_is_the_sha256_of_the_content(
         answer = await post(gateway, {"audio_paths": names})
         uuids = [part["uuid"] for part in sent_parts(stub) if "uuid" in part]
         assert uuids == expected
-        assert [(c["uuid"], c["sha256"]) for c in clips(answer)] == [(sha, sha) for sha in expected]
+        assert [(c["uuid"], c["sha256"]) for c in clips(stub)] == [(sha, sha) for sha in expected]
         seeds.append(uuids)
     assert seeds[0] == seeds[1] == seeds[2]
     assert expected[0] == expected[2] != expected[1]  # by content, never by path
@@ -316,7 +333,7 @@ async def test_part_uuid_follows_a_rewritten_file(
     os.utime(clip, ns=(old_mtime_ns, old_mtime_ns + 1_000_000_000))
     answer = await post_chat(gateway, {"audio_path": "a.wav"})
     after = sent_parts(stub)[0]["uuid"]
-    assert before != after == sha256_of(clip) == clips(answer)[0]["sha256"]
+    assert before != after == sha256_of(clip) == clips(stub)[0]["sha256"]
 
 
 @pytest.mark.parametrize("route", ["chat", "responses"])
@@ -331,7 +348,7 @@ async def test_part_uuid_of_inline_audio_data_is_the_decoded_bytes_sha256(
         uri = f"data:audio/wav;base64,{base64.b64encode(raw).decode()}"
         answer = await post(gateway, {"audio_data": uri})
         part = sent_parts(stub)[0]
-        assert part["uuid"] == hashlib.sha256(raw).hexdigest() == clips(answer)[0]["uuid"]
+        assert part["uuid"] == hashlib.sha256(raw).hexdigest() == clips(stub)[0]["uuid"]
         seen.append(part["uuid"])
     assert seen[0] == seen[2] != seen[1]
 
@@ -343,4 +360,4 @@ async def test_without_part_uuid_no_part_has_one(
     gateway = await make_gateway(**sections)
     answer = await post_chat(gateway, {"audio_paths": ["a.wav", "b.wav"]})
     assert all("uuid" not in part for part in sent_parts(stub))
-    assert [clip["uuid"] for clip in clips(answer)] == [None, None]
+    assert [clip["uuid"] for clip in clips(stub)] == [None, None]
