@@ -5,6 +5,7 @@ vLLM does (only under its allowed local media path, here the audio root's parent
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import shutil
@@ -52,18 +53,19 @@ async def post_chat(client: Client, metadata: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-async def post_responses(client: Client, metadata: dict[str, Any]) -> dict[str, Any]:
+async def post_responses(
+    client: Client, metadata: dict[str, Any], stub: StubState
+) -> dict[str, Any]:
+    """A Responses answer's `stub` report is the stub's (a bridged answer cannot carry it)."""
     body = {"model": "m", "input": "Transcribe.", "metadata": metadata}
     response = await client.post("/v1/responses", json=body)
     assert response.status == 200, await response.text()
-    answer: dict[str, Any] = await response.json()
-    return answer
+    assert (await response.json())["object"] == "response"
+    return {"stub": stub.last_report}
 
 
-def clips(stub: StubState) -> list[dict[str, Any]]:
-    """What the stub decoded from the last request (chat, Responses or bridged Responses)."""
-    assert stub.last_report is not None
-    reported: list[dict[str, Any]] = stub.last_report["clips"]
+def clips(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    reported: list[dict[str, Any]] = answer["stub"]["clips"]
     return reported
 
 
@@ -91,7 +93,7 @@ async def test_input_audio_chat_parts(
         input_audio(paths[2]),
         PROMPT,
     ]
-    assert [clip["sha256"] for clip in clips(stub)] == [sha256_of(path) for path in paths]
+    assert [clip["sha256"] for clip in clips(answer)] == [sha256_of(path) for path in paths]
     assert answer["stub"]["last_message_part_types"] == ["input_audio"] * 3 + ["text"]
 
 
@@ -104,7 +106,7 @@ async def test_input_audio_chat_parts_for_inline_and_streamed_audio(
     big = write_tone(audio_dir / "big.wav", 10.0, 440.0)  # 320 KB: streamed, not cached
     answer = await post_chat(gateway, {"audio_path": "big.wav"})
     assert sent_parts(stub) == [input_audio(big), PROMPT]
-    assert [clip["sha256"] for clip in clips(stub)] == [sha256_of(big)]
+    assert [clip["sha256"] for clip in clips(answer)] == [sha256_of(big)]
 
     payload = b64_of(audio_dir / "c.wav")
     answer = await post_chat(gateway, {"audio_data": f"data:audio/wav;base64,{payload}"})
@@ -112,7 +114,7 @@ async def test_input_audio_chat_parts_for_inline_and_streamed_audio(
         "type": "input_audio",
         "input_audio": {"data": payload, "format": "wav"},
     }
-    assert [clip["sha256"] for clip in clips(stub)] == [sha256_of(audio_dir / "c.wav")]
+    assert [clip["sha256"] for clip in clips(answer)] == [sha256_of(audio_dir / "c.wav")]
 
 
 # --- mode = "file_url" -----------------------------------------------------------------------
@@ -131,7 +133,7 @@ async def test_file_url_mode_sends_the_real_path_and_no_base64(
     targets = [audio_dir / "a.wav", audio_dir / "b.wav", audio_dir / "sub/take #2 100%.wav"]
     targets.append(audio_dir / "a.wav")
     assert sent_parts(stub) == [*map(file_url_part, targets), PROMPT]
-    assert [(clip["source"], clip["sha256"]) for clip in clips(stub)] == [
+    assert [(clip["source"], clip["sha256"]) for clip in clips(answer)] == [
         ("file", sha256_of(path)) for path in targets
     ]
     assert b"base64" not in stub.requests[-1].body
@@ -154,13 +156,13 @@ async def test_file_url_mode_on_the_responses_route(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, audio: str, text_type: str
 ) -> None:
     gateway = await make_gateway(splice=FILE_URL, responses={"audio": audio})
-    await post_responses(gateway, {"audio_paths": ["c.wav", "a.wav"]})
+    answer = await post_responses(gateway, {"audio_paths": ["c.wav", "a.wav"]}, stub)
     paths = [audio_dir / "c.wav", audio_dir / "a.wav"]
     assert sent_parts(stub) == [
         *map(file_url_part, paths),
         {"type": text_type, "text": "Transcribe."},
     ]
-    assert [(clip["source"], clip["sha256"]) for clip in clips(stub)] == [
+    assert [(clip["source"], clip["sha256"]) for clip in clips(answer)] == [
         ("file", sha256_of(path)) for path in paths
     ]
 
@@ -172,15 +174,16 @@ async def test_audio_data_stays_a_data_uri_in_file_url_mode(
     gateway = await make_gateway(splice=FILE_URL, responses={"audio": audio})
     clip = audio_dir / "b.wav"
     uri = f"data:audio/wav;base64,{b64_of(clip)}"
-    await post_chat(gateway, {"audio_data": uri})
+    answer = await post_chat(gateway, {"audio_data": uri})
     assert sent_parts(stub) == [{"type": "audio_url", "audio_url": {"url": uri}}, PROMPT]
-    assert [(c["source"], c["sha256"]) for c in clips(stub)] == [("data", sha256_of(clip))]
+    assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
 
-    await post_responses(gateway, {"audio_data": uri})
+    answer = await post_responses(gateway, {"audio_data": uri}, stub)
     # the bridge splices chat parts (chat_part = "audio_url"); input_audio mode Responses parts
     expected = {"type": "audio_url", "audio_url": {"url": uri}}
     assert sent_parts(stub)[0] == (expected if audio == "chat_bridge" else input_audio(clip))
-    assert [(c["source"], c["sha256"]) for c in clips(stub)] == [("data", sha256_of(clip))]
+    assert sent_parts(stub)[-1] == {"type": text_type, "text": "Transcribe."}
+    assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
 
 
 @pytest.fixture
@@ -261,7 +264,7 @@ async def test_the_stub_refuses_file_urls_outside_its_allowed_path(
 
     inlined = await make_gateway(audio={"allowed_roots": roots})  # data URIs: vLLM reads nothing
     answer = await post_chat(inlined, {"audio_path": str(clip)})
-    assert [(c["source"], c["sha256"]) for c in clips(stub)] == [("data", sha256_of(clip))]
+    assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
 
 
 async def test_the_stub_reads_file_urls_only_under_its_allowed_path(
@@ -305,7 +308,7 @@ async def test_part_uuid_is_the_sha256_of_the_content(
     sections = UUID_GATEWAYS[setup]
     splice = {**sections.get("splice", {}), "part_uuid": True}
     gateway = await make_gateway(**{**sections, "splice": splice})
-    post = post_chat if route == "chat" else post_responses
+    post = post_chat if route == "chat" else functools.partial(post_responses, stub=stub)
     shutil.copy(audio_dir / "a.wav", audio_dir / "same-as-a.wav")
     names = ["a.wav", "b.wav", "same-as-a.wav", "a.wav"]
     expected = [sha256_of(audio_dir / name) for name in names]
@@ -315,7 +318,7 @@ async def test_part_uuid_is_the_sha256_of_the_content(
         answer = await post(gateway, {"audio_paths": names})
         uuids = [part["uuid"] for part in sent_parts(stub) if "uuid" in part]
         assert uuids == expected
-        assert [(c["uuid"], c["sha256"]) for c in clips(stub)] == [(sha, sha) for sha in expected]
+        assert [(c["uuid"], c["sha256"]) for c in clips(answer)] == [(sha, sha) for sha in expected]
         seeds.append(uuids)
     assert seeds[0] == seeds[1] == seeds[2]
     assert expected[0] == expected[2] != expected[1]  # by content, never by path
@@ -333,7 +336,7 @@ async def test_part_uuid_follows_a_rewritten_file(
     os.utime(clip, ns=(old_mtime_ns, old_mtime_ns + 1_000_000_000))
     answer = await post_chat(gateway, {"audio_path": "a.wav"})
     after = sent_parts(stub)[0]["uuid"]
-    assert before != after == sha256_of(clip) == clips(stub)[0]["sha256"]
+    assert before != after == sha256_of(clip) == clips(answer)[0]["sha256"]
 
 
 @pytest.mark.parametrize("route", ["chat", "responses"])
@@ -341,14 +344,14 @@ async def test_part_uuid_of_inline_audio_data_is_the_decoded_bytes_sha256(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, route: str
 ) -> None:
     gateway = await make_gateway(splice={"part_uuid": True})
-    post = post_chat if route == "chat" else post_responses
+    post = post_chat if route == "chat" else functools.partial(post_responses, stub=stub)
     seen = []
     for name in ("b.wav", "c.wav", "b.wav"):
         raw = (audio_dir / name).read_bytes()
         uri = f"data:audio/wav;base64,{base64.b64encode(raw).decode()}"
         answer = await post(gateway, {"audio_data": uri})
         part = sent_parts(stub)[0]
-        assert part["uuid"] == hashlib.sha256(raw).hexdigest() == clips(stub)[0]["uuid"]
+        assert part["uuid"] == hashlib.sha256(raw).hexdigest() == clips(answer)[0]["uuid"]
         seen.append(part["uuid"])
     assert seen[0] == seen[2] != seen[1]
 
@@ -360,4 +363,4 @@ async def test_without_part_uuid_no_part_has_one(
     gateway = await make_gateway(**sections)
     answer = await post_chat(gateway, {"audio_paths": ["a.wav", "b.wav"]})
     assert all("uuid" not in part for part in sent_parts(stub))
-    assert [clip["uuid"] for clip in clips(stub)] == [None, None]
+    assert [clip["uuid"] for clip in clips(answer)] == [None, None]

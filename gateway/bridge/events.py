@@ -43,7 +43,8 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The data of every event completed by `chunk` (multi-line data joined by newlines)."""
-        self._pending += chunk.replace(b"\r\n", b"\n")
+        # joined before replacing: a CR ending one chunk and its LF starting the next are a pair
+        self._pending = (self._pending + chunk).replace(b"\r\n", b"\n")
         *events, self._pending = self._pending.split(b"\n\n")
         return [data for event in events if (data := _data_of(event)) is not None]
 
