@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import ClientResponse, web
+from aiohttp import ClientResponse, StreamReader, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
@@ -185,3 +185,12 @@ def write_encoded_tone(path: Path, seconds: float, frequency_hz: float, format: 
     t = numpy.arange(int(seconds * rate_hz)) / rate_hz
     soundfile.write(path, 0.3 * numpy.sin(2 * numpy.pi * frequency_hz * t), rate_hz, format=format)
     return path
+
+
+async def read_event(stream: StreamReader) -> dict[str, Any]:
+    """One SSE event of a response body: its `event` name and parsed `data` ({} at the end)."""
+    event: dict[str, Any] = {}
+    while (line := (await stream.readline()).decode()) not in ("\n", "\r\n", ""):
+        field, _, value = line.rstrip("\r\n").partition(": ")
+        event[field] = json.loads(value) if field == "data" else value
+    return event

@@ -15,14 +15,21 @@ from typing import Any
 
 import openai
 import pytest
-from aiohttp import StreamReader, web
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 from openai import AsyncOpenAI
 
 from gateway.bridge import UNSUPPORTED
 from gateway.stub_upstream import StubState
 
-from .conftest import b64_of, forwarded_json, gateway_error, gateway_metrics, sha256_of
+from .conftest import (
+    b64_of,
+    forwarded_json,
+    gateway_error,
+    gateway_metrics,
+    read_event,
+    sha256_of,
+)
 
 Client = TestClient[web.Request, web.Application]
 MODEL = "stub-audio-model"
@@ -116,14 +123,6 @@ async def test_sdk_stream_deltas_join_to_the_answer(
     assert final.status == "completed"
     assert final.usage is not None and final.usage.output_tokens == deltas
     assert stub.streams_finished == 1
-
-
-async def read_event(stream: StreamReader) -> dict[str, Any]:
-    event: dict[str, Any] = {}
-    while (line := (await stream.readline()).decode()) not in ("\n", "\r\n", ""):
-        field, _, value = line.rstrip("\r\n").partition(": ")
-        event[field] = json.loads(value) if field == "data" else value
-    return event
 
 
 async def test_events_are_relayed_as_the_chunks_arrive(gateway: Client, stub: StubState) -> None:
@@ -230,6 +229,7 @@ async def test_streamed_reasoning_comes_before_the_message(
 async def test_the_chat_request_the_upstream_receives(
     gateway: Client, stub: StubState, audio_dir: Path
 ) -> None:
+    carried = {"temperature": 0.2, "top_p": 0.9, "user": "u-1", "seed": 3, "top_k": 5}
     body = {
         "model": MODEL,
         "instructions": "Answer in one line.",
@@ -241,12 +241,7 @@ async def test_the_chat_request_the_upstream_receives(
         ],
         "metadata": {"audio_path": "c.wav", "trace": "t1"},
         "max_output_tokens": 50,
-        "temperature": 0.2,
-        "top_p": 0.9,
-        "user": "u-1",
-        "seed": 3,
-        "top_k": 5,
-        "repetition_penalty": 1.1,
+        **carried,
         "store": True,  # ignored: cannot change the answer
         "tools": [],
     }
@@ -265,12 +260,7 @@ async def test_the_chat_request_the_upstream_receives(
         ],
         "metadata": {"trace": "t1"},
         "max_tokens": 50,
-        "temperature": 0.2,
-        "top_p": 0.9,
-        "user": "u-1",
-        "seed": 3,
-        "top_k": 5,
-        "repetition_penalty": 1.1,
+        **carried,
     }
     answer = await response.json()
     assert (answer["instructions"], answer["temperature"], answer["user"]) == (

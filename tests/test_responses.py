@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import StreamReader, web
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.stub_upstream import StubState
@@ -25,6 +24,7 @@ from .conftest import (
     chat_body,
     forwarded_json,
     gateway_error,
+    read_event,
     sha256_of,
     write_encoded_tone,
 )
@@ -352,15 +352,6 @@ async def test_a_malformed_input_is_an_error_not_a_crash(gateway: Client, stub: 
 
 
 # --- streaming -------------------------------------------------------------------------------
-
-
-async def read_event(stream: StreamReader) -> dict[str, Any]:
-    """One SSE event: its `event` name and parsed `data`."""
-    event: dict[str, Any] = {}
-    while (line := (await stream.readline()).decode()) not in ("\n", "\r\n", ""):
-        field, _, value = line.rstrip("\r\n").partition(": ")
-        event[field] = json.loads(value) if field == "data" else value
-    return event
 
 
 async def test_a_streamed_response_is_relayed_event_by_event(
