@@ -63,7 +63,8 @@ async def relay_bridged(
             return await _stream_events(request, upstream, translator)
         with upstream_errors(pool):
             raw = await upstream.read()
-        return web.json_response(chat_to_response(_json(raw), bridged, ids, metadata))
+        response = chat_to_response(_json(raw), bridged, ids, metadata)
+        return web.Response(body=msgspec.json.encode(response), content_type="application/json")
     finally:
         upstream.close()
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
 from pydantic import TypeAdapter
 
 from gateway.bridge import (
@@ -36,6 +37,32 @@ from gateway.errors import InvalidRequest, UpstreamUnavailable
 EVENT = TypeAdapter(ResponseStreamEvent)
 IDS = ResponseIds.from_hex("0f" * 16, 1_700_000_000)
 KNOWN = CARRIED_FIELDS | TRANSLATED_FIELDS | IGNORED_FIELDS | set(OFF_VALUES) | REFUSED_FIELDS
+
+# vLLM 0.33.0's ResponsesRequest fields (vllm/entrypoints/openai/responses/protocol.py)
+# fmt: off
+VLLM_0_33_FIELDS = [
+    "background", "cache_salt", "chat_template_kwargs", "ec_transfer_params",
+    "enable_response_messages", "frequency_penalty", "ignore_eos", "include", "include_reasoning",
+    "include_stop_str_in_output", "input", "instructions", "kv_transfer_params", "logit_bias",
+    "max_output_tokens", "max_tool_calls", "media_io_kwargs", "metadata", "min_p", "mm_payload",
+    "mm_processor_kwargs", "model", "parallel_tool_calls", "presence_penalty",
+    "previous_input_messages", "previous_response_id", "priority", "prompt", "prompt_cache_key",
+    "prompt_cache_options", "prompt_cache_retention", "reasoning", "repetition_penalty",
+    "request_id", "return_mm_kwargs", "safety_identifier", "seed", "service_tier", "session_id",
+    "skip_special_tokens", "spaces_between_special_tokens", "stop", "stop_token_ids", "store",
+    "stream", "structured_outputs", "temperature", "text", "tool_choice", "tools", "top_k",
+    "top_logprobs", "top_p", "truncation", "user", "vllm_xargs", "watermarking",
+]
+# fmt: on
+
+
+def test_every_field_of_the_sdk_and_of_vllm_is_classified_once() -> None:
+    tables = [CARRIED_FIELDS, TRANSLATED_FIELDS, IGNORED_FIELDS, set(OFF_VALUES), REFUSED_FIELDS]
+    assert sum(map(len, tables)) == len(KNOWN)  # no field in two tables
+    sdk = ResponseCreateParamsStreaming
+    assert sdk.__required_keys__ | sdk.__optional_keys__ <= KNOWN
+    assert set(VLLM_0_33_FIELDS) <= KNOWN
+
 
 text = st.text(max_size=30)
 roles = st.sampled_from(["user", "system", "developer", "assistant"])

@@ -129,14 +129,19 @@ def responses_to_chat(body: dict[str, Any]) -> BridgedRequest:
     chat["messages"] = _messages(present.get("instructions"), body.get("input"))
     if "max_output_tokens" in present:
         chat["max_tokens"] = present["max_output_tokens"]
-    stream = present.get("stream", False) is True
+    stream = present.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest("stream must be a boolean", param="stream", code="invalid_stream")
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}  # usage for response.completed
     response_format = _response_format(present.get("text"))
     if response_format is not None:
         chat["response_format"] = response_format
-    if present.get("truncation") == "auto":
+    truncation = present.get("truncation", "disabled")
+    if truncation not in ("auto", "disabled"):
+        raise unsupported("truncation", "only 'auto' or 'disabled' is supported")
+    if truncation == "auto":
         chat["truncate_prompt_tokens"] = -1  # what vLLM's Responses route does for "auto"
     return BridgedRequest(chat, _echo(present), stream)
 
