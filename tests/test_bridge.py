@@ -245,8 +245,9 @@ async def test_the_chat_request_the_upstream_receives(
         "store": True,  # ignored: cannot change the answer
         "tools": [],
     }
-    response = await gateway.post("/v1/responses", json=body)
+    response = await gateway.post("/v1/responses", json=body, headers={"Accept-Encoding": "gzip"})
     assert response.status == 200, await response.text()
+    assert "Accept-Encoding" not in stub.requests[-1].headers  # the gateway reads the answer
     uri = f"data:audio/wav;base64,{b64_of(audio_dir / 'c.wav')}"
     audio = {"type": "audio_url", "audio_url": {"url": uri}}
     assert forwarded_json(stub) == {

@@ -344,8 +344,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--allowed-local-media-path", default=None)
+    parser.add_argument(
+        "--responses-accept-audio",
+        action="store_true",
+        help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
+    )
     args = parser.parse_args(argv)
-    app = create_stub_app(args.allowed_local_media_path, record=False)
+    app = create_stub_app(
+        args.allowed_local_media_path,
+        record=False,
+        responses_accept_audio=args.responses_accept_audio,
+    )
     web.run_app(
         app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None
     )
