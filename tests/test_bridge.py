@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from aiohttp import web
@@ -147,6 +148,36 @@ async def test_events_are_relayed_as_the_chunks_arrive(gateway: Client, stub: St
             rest.append(event)
     assert [event["event"] for event in rest][-4:] == STREAM_ORDER[-4:]
     assert stub.streams_finished == 1
+
+
+async def test_an_upstream_that_stalls_mid_stream_cuts_the_client_off(
+    make_gateway: Any, stub: StubState
+) -> None:
+    # The events so far are sent: a clean end would look like a complete answer, so the
+    # connection is cut instead.
+    gateway = await make_gateway(upstream={"read_timeout_seconds": 0.3})
+    body = {"model": MODEL, "input": "x", "metadata": {"audio_path": "b.wav"}, "stream": True}
+    response = await gateway.post("/v1/responses", json=body, headers={"X-Stub-Hold": "2"})
+    assert response.status == 200
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async with asyncio.timeout(5):
+            await response.read()
+    assert stub.streams_finished == 0
+
+
+async def test_a_client_that_leaves_mid_stream_cancels_the_upstream_stream(
+    gateway: Client, stub: StubState
+) -> None:
+    body = {"model": MODEL, "input": "x", "metadata": {"audio_path": "a.wav"}, "stream": True}
+    response = await gateway.post("/v1/responses", json=body, headers={"X-Stub-Hold": "1"})
+    async with asyncio.timeout(5):
+        assert (await read_event(response.content))["event"] == "response.created"
+    response.close()
+    await asyncio.sleep(0.3)
+    stub.hold.set()  # a stream still attached upstream would now run to its end
+    await asyncio.sleep(0.1)
+    assert stub.streams_finished == 0
+    assert (await gateway.get("/v1/models")).status == 200
 
 
 # --- status and output items -----------------------------------------------------------------
