@@ -175,9 +175,20 @@ finish_reasons = st.sampled_from(["stop", "length", "content_filter", "abort", N
 usages = st.one_of(
     st.none(),
     st.builds(
-        lambda p, c: {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c},
+        lambda p, c, details: {
+            "prompt_tokens": p,
+            "completion_tokens": c,
+            "total_tokens": p + c,
+            "prompt_tokens_details": details,
+            "completion_tokens_details": details,
+        },
         st.integers(0, 10**6),
         st.integers(0, 10**6),
+        st.one_of(
+            st.none(),
+            st.text(max_size=3),
+            st.fixed_dictionaries({"cached_tokens": st.integers(0, 9)}),
+        ),
     ),
 )
 
@@ -237,6 +248,17 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
 
 
 pieces = st.lists(st.text(min_size=1, max_size=8), max_size=5)
+ODD_CHUNKS = [
+    b"[DONE]",
+    b"null",
+    b"[1, 2]",
+    b'{"choices": {"0": {}}}',
+    b'{"choices": [null]}',
+    b'{"choices": [{"delta": "text"}]}',
+    b'{"choices": [{"delta": {"content": 7, "reasoning": ["x"]}}]}',
+    b'{"usage": "lots", "model": 3}',
+    b'{"error": "plain string"}',
+]
 
 
 @given(pieces, pieces, st.sampled_from(["stop", "length"]), st.lists(st.integers(0, 10**6)))
@@ -301,6 +323,17 @@ def test_sse_decoding_does_not_depend_on_how_the_bytes_are_cut(
     decoder = SSEDecoder()
     got = [data for piece in cut(stream, points) for data in decoder.feed(piece)]
     assert got + decoder.close() == lines
+
+
+@given(st.lists(st.one_of(st.binary(max_size=30), st.sampled_from(ODD_CHUNKS)), max_size=6))
+def test_odd_upstream_chunks_still_end_in_a_valid_response(payloads: list[bytes]) -> None:
+    translator = ChatStreamTranslator(responses_to_chat({"input": "x"}), IDS, None)
+    events = translator.start()
+    for payload in payloads:
+        events += translator.feed(payload)
+    events += translator.finish()
+    parsed = [EVENT.validate_python(event) for event in events]
+    assert parsed[-1].type in ("response.completed", "response.failed")
 
 
 def test_a_mid_stream_error_ends_in_response_failed() -> None:

@@ -118,16 +118,21 @@ def response_usage(usage: Any) -> dict[str, Any] | None:
         return None
     prompt = _count(usage.get("prompt_tokens"))
     completion = _count(usage.get("completion_tokens"))
-    total = usage.get("total_tokens")
-    cached = _count((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
-    thought = _count((usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
+    total = _count(usage.get("total_tokens"))
+    cached = _count(_detail(usage, "prompt_tokens_details", "cached_tokens"))
+    thought = _count(_detail(usage, "completion_tokens_details", "reasoning_tokens"))
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": thought},
-        "total_tokens": total if isinstance(total, int) else prompt + completion,
+        "total_tokens": total or prompt + completion,
     }
+
+
+def _detail(usage: dict[str, Any], group: str, key: str) -> Any:
+    details = usage.get(group)
+    return details.get(key) if isinstance(details, dict) else None
 
 
 def _count(value: Any) -> int:

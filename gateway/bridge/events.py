@@ -80,7 +80,7 @@ class ChatStreamTranslator:
         self._text: list[str] | None = None  # from the first content delta on
         self._failure: dict[str, Any] | None = None
         self._decoder = SSEDecoder()
-        self._done: list[Event] = []  # finished output items
+        self._done: list[dict[str, Any]] = []  # finished output items
 
     def start(self) -> list[Event]:
         snapshot = self._response("in_progress")
@@ -108,7 +108,7 @@ class ChatStreamTranslator:
         self._model = chunk.get("model", self._model)
         self._usage = chunk.get("usage") or self._usage
         choices = chunk.get("choices")
-        if not choices or not isinstance(choices[0], dict):
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return []
         choice = choices[0]
         self._finish_reason = choice.get("finish_reason") or self._finish_reason
