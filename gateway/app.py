@@ -6,6 +6,7 @@ request -> sidechannel (what audio?) -> audio store (the bytes) -> splice -> rel
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,11 +17,20 @@ from aiohttp import web
 from . import __version__
 from .audio import PathPolicy
 from .body import SegmentedPayload
+from .bridge import responses_to_chat
+from .bridge_relay import relay_bridged
 from .cache import AudioStore
 from .config import Config
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
-from .pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RewritePipeline, RouteShape
+from .pipeline import (
+    CHAT_AUDIO_URL,
+    CHAT_INPUT_AUDIO,
+    RESPONSES,
+    RewritePipeline,
+    RouteShape,
+    parse_json_object,
+)
 from .relay import (
     create_upstream_pool,
     relay,
@@ -28,6 +38,7 @@ from .relay import (
     request_headers_for_upstream,
     upstream_target,
 )
+from .sidechannel import carries_sidechannel
 from .upstream import UpstreamPool
 
 log = logging.getLogger(__name__)
@@ -56,7 +67,11 @@ def create_app(config: Config) -> web.Application:
     app.router.add_get("/gateway/health", health, name="gateway_health")
     app.router.add_get("/gateway/metrics", metrics, name="gateway_metrics")
     app.router.add_post("/v1/chat/completions", rewriting(chat_shape), name="chat_completions")
-    app.router.add_post("/v1/responses", rewriting(RESPONSES), name="responses")
+    if config.responses.audio == "chat_bridge":
+        responses = bridging(dataclasses.replace(chat_shape, name="responses"))
+    else:
+        responses = rewriting(RESPONSES)
+    app.router.add_post("/v1/responses", responses, name="responses")
     app.router.add_route("*", "/{tail:.*}", passthrough, name="passthrough")
     return app
 
@@ -96,6 +111,32 @@ def rewriting(shape: RouteShape) -> Handler:
         finally:
             if isinstance(payload, SegmentedPayload):
                 await payload.aclose()
+
+    return handle
+
+
+def bridging(shape: RouteShape) -> Handler:
+    """/v1/responses in chat_bridge mode: a row with the sidechannel goes to the upstream's
+    chat completions (spliced as `shape` says); any other body goes on untouched."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        raw = await request.read()
+        body = parse_json_object(raw)
+        bridged = responses_to_chat(body) if carries_sidechannel(body) else None
+        payload: bytes | SegmentedPayload = raw
+        if bridged is not None:
+            payload = await request.app[pipeline_key].rewrite(raw, shape, body=bridged.chat)
+        request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
+        if bridged is None or not isinstance(payload, SegmentedPayload):
+            return await _relay(request, headers=request_headers_for_upstream(request), body=raw)
+        headers = request_headers_for_upstream(request, json_body=True)
+        try:
+            return await relay_bridged(
+                request, request.app[upstream_key], headers=headers, body=payload, bridged=bridged
+            )
+        finally:
+            await payload.aclose()
 
     return handle
 

@@ -125,12 +125,17 @@ class SpliceConfig(_Section):
     part_uuid: bool = False
 
 
+class ResponsesConfig(_Section):
+    audio: Literal["chat_bridge", "input_audio"] = "chat_bridge"
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     audio: AudioConfig = AudioConfig()
     cache: CacheConfig = CacheConfig()
     splice: SpliceConfig = SpliceConfig()
+    responses: ResponsesConfig = ResponsesConfig()
 
     def with_overrides(self, **sections: dict[str, Any]) -> Config:
         """A copy with some keys replaced, validated like the file (used by CLI flags)."""

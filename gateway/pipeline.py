@@ -91,8 +91,13 @@ class RewritePipeline:
         self.file_urls = config.mode == "file_url"
         self._legacy_key_logged = False
 
-    async def rewrite(self, raw: bytes, shape: RouteShape) -> bytes | SegmentedPayload:
-        body = parse_json_object(raw)
+    async def rewrite(
+        self, raw: bytes, shape: RouteShape, body: dict[str, Any] | None = None
+    ) -> bytes | SegmentedPayload:
+        """`body` is `raw` parsed, when the caller already has it (it may be rewritten, as the
+        Responses bridge's chat body is); the pipeline then modifies that dict in place."""
+        if body is None:
+            body = parse_json_object(raw)
         sidechannel = read_sidechannel(body, self.max_clips, self.max_clip_bytes)
         if sidechannel is None:
             return raw

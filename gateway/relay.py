@@ -125,6 +125,13 @@ async def relay(
     """Send one request upstream and copy its answer back to the client."""
     with upstream_errors(pool):
         upstream = await pool.request(request.method, target, headers, body, content_length)
+    return await relay_answer(request, pool, upstream)
+
+
+async def relay_answer(
+    request: web.Request, pool: UpstreamPool, upstream: UpstreamResponse
+) -> web.StreamResponse:
+    """Copy an upstream answer back to the client as it is (buffered or streamed); closes it."""
     try:
         if _should_stream(upstream):
             return await _stream_back(request, upstream)

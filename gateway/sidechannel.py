@@ -57,6 +57,12 @@ class Sidechannel:
         return f"metadata.{self.key}"
 
 
+def carries_sidechannel(body: dict[str, Any]) -> bool:
+    """Whether the body has any sidechannel key (valid or not) in its `metadata`."""
+    metadata = body.get("metadata")
+    return isinstance(metadata, dict) and any(key in metadata for key in SIDECHANNEL_KEYS)
+
+
 def read_sidechannel(
     body: dict[str, Any], max_clips: int, max_clip_bytes: int
 ) -> Sidechannel | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import ClientResponse, web
+from aiohttp import ClientResponse, StreamReader, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
@@ -37,9 +37,12 @@ def audio_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def stub_server(audio_dir: Path) -> AsyncIterator[TestServer]:
-    """The vLLM-faithful stub, allowed to read local media under the audio root's parent."""
-    server = TestServer(create_stub_app(str(audio_dir.parent)))
+async def stub_server(audio_dir: Path, request: pytest.FixtureRequest) -> AsyncIterator[TestServer]:
+    """The vLLM-faithful stub, allowed to read local media under the audio root's parent;
+    `@pytest.mark.stub(**kwargs)` passes more `create_stub_app` arguments."""
+    marker = request.node.get_closest_marker("stub")
+    options = marker.kwargs if marker is not None else {}
+    server = TestServer(create_stub_app(str(audio_dir.parent), **options))
     await server.start_server()
     yield server
     await server.close()
@@ -182,3 +185,12 @@ def write_encoded_tone(path: Path, seconds: float, frequency_hz: float, format: 
     t = numpy.arange(int(seconds * rate_hz)) / rate_hz
     soundfile.write(path, 0.3 * numpy.sin(2 * numpy.pi * frequency_hz * t), rate_hz, format=format)
     return path
+
+
+async def read_event(stream: StreamReader) -> dict[str, Any]:
+    """One SSE event of a response body: its `event` name and parsed `data` ({} at the end)."""
+    event: dict[str, Any] = {}
+    while (line := (await stream.readline()).decode()) not in ("\n", "\r\n", ""):
+        field, _, value = line.rstrip("\r\n").partition(": ")
+        event[field] = json.loads(value) if field == "data" else value
+    return event

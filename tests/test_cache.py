@@ -292,7 +292,10 @@ async def test_streamed_and_cached_clips_mix_in_one_request(
 async def test_a_streamed_clip_is_closed_when_its_request_fails(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
 ) -> None:
-    gateway = await make_gateway(cache={"max_item_bytes": STREAM_ABOVE_BYTES})
+    # input_audio mode: its splice fails after the clip is open (the bridge checks `input` first)
+    gateway = await make_gateway(
+        cache={"max_item_bytes": STREAM_ABOVE_BYTES}, responses={"audio": "input_audio"}
+    )
     big = write_big_clip(audio_dir)
     (audio_dir / "fake.wav").write_text("plain text wearing a .wav name")
 

@@ -5,6 +5,7 @@ vLLM does (only under its allowed local media path, here the audio root's parent
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import shutil
@@ -52,12 +53,15 @@ async def post_chat(client: Client, metadata: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-async def post_responses(client: Client, metadata: dict[str, Any]) -> dict[str, Any]:
+async def post_responses(
+    client: Client, metadata: dict[str, Any], stub: StubState
+) -> dict[str, Any]:
+    """A Responses answer's `stub` report is the stub's (a bridged answer cannot carry it)."""
     body = {"model": "m", "input": "Transcribe.", "metadata": metadata}
     response = await client.post("/v1/responses", json=body)
     assert response.status == 200, await response.text()
-    answer: dict[str, Any] = await response.json()
-    return answer
+    assert (await response.json())["object"] == "response"
+    return {"stub": stub.last_report}
 
 
 def clips(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -136,33 +140,49 @@ async def test_file_url_mode_sends_the_real_path_and_no_base64(
     assert (await cache_stats(gateway))["encoded"] == 0
 
 
+RESPONSES_MODES = [
+    pytest.param("chat_bridge", "text", id="chat-bridge"),
+    pytest.param(
+        "input_audio",
+        "input_text",
+        id="input-audio",
+        marks=pytest.mark.stub(responses_accept_audio=True),
+    ),
+]
+
+
+@pytest.mark.parametrize(("audio", "text_type"), RESPONSES_MODES)
 async def test_file_url_mode_on_the_responses_route(
-    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, audio: str, text_type: str
 ) -> None:
-    gateway = await make_gateway(splice=FILE_URL)
-    answer = await post_responses(gateway, {"audio_paths": ["c.wav", "a.wav"]})
+    gateway = await make_gateway(splice=FILE_URL, responses={"audio": audio})
+    answer = await post_responses(gateway, {"audio_paths": ["c.wav", "a.wav"]}, stub)
     paths = [audio_dir / "c.wav", audio_dir / "a.wav"]
     assert sent_parts(stub) == [
         *map(file_url_part, paths),
-        {"type": "input_text", "text": "Transcribe."},
+        {"type": text_type, "text": "Transcribe."},
     ]
     assert [(clip["source"], clip["sha256"]) for clip in clips(answer)] == [
         ("file", sha256_of(path)) for path in paths
     ]
 
 
+@pytest.mark.parametrize(("audio", "text_type"), RESPONSES_MODES)
 async def test_audio_data_stays_a_data_uri_in_file_url_mode(
-    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, audio: str, text_type: str
 ) -> None:
-    gateway = await make_gateway(splice=FILE_URL)
+    gateway = await make_gateway(splice=FILE_URL, responses={"audio": audio})
     clip = audio_dir / "b.wav"
     uri = f"data:audio/wav;base64,{b64_of(clip)}"
     answer = await post_chat(gateway, {"audio_data": uri})
     assert sent_parts(stub) == [{"type": "audio_url", "audio_url": {"url": uri}}, PROMPT]
     assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
 
-    answer = await post_responses(gateway, {"audio_data": uri})
-    assert sent_parts(stub)[0] == input_audio(clip)
+    answer = await post_responses(gateway, {"audio_data": uri}, stub)
+    # the bridge splices chat parts (chat_part = "audio_url"); input_audio mode Responses parts
+    expected = {"type": "audio_url", "audio_url": {"url": uri}}
+    assert sent_parts(stub)[0] == (expected if audio == "chat_bridge" else input_audio(clip))
+    assert sent_parts(stub)[-1] == {"type": text_type, "text": "Transcribe."}
     assert [(c["source"], c["sha256"]) for c in clips(answer)] == [("data", sha256_of(clip))]
 
 
@@ -288,7 +308,7 @@ async def test_part_uuid_is_the_sha256_of_the_content(
     sections = UUID_GATEWAYS[setup]
     splice = {**sections.get("splice", {}), "part_uuid": True}
     gateway = await make_gateway(**{**sections, "splice": splice})
-    post = post_chat if route == "chat" else post_responses
+    post = post_chat if route == "chat" else functools.partial(post_responses, stub=stub)
     shutil.copy(audio_dir / "a.wav", audio_dir / "same-as-a.wav")
     names = ["a.wav", "b.wav", "same-as-a.wav", "a.wav"]
     expected = [sha256_of(audio_dir / name) for name in names]
@@ -324,7 +344,7 @@ async def test_part_uuid_of_inline_audio_data_is_the_decoded_bytes_sha256(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, route: str
 ) -> None:
     gateway = await make_gateway(splice={"part_uuid": True})
-    post = post_chat if route == "chat" else post_responses
+    post = post_chat if route == "chat" else functools.partial(post_responses, stub=stub)
     seen = []
     for name in ("b.wav", "c.wav", "b.wav"):
         raw = (audio_dir / name).read_bytes()

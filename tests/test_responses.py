@@ -1,32 +1,45 @@
-"""POST /v1/responses through the gateway: where the audio goes, what metadata is left, errors
-identical to chat, and SSE relayed event by event. Checked on the body the stub received and on
-the sha256 of the audio it decoded."""
+"""POST /v1/responses in `[responses] audio = "input_audio"` mode (the splice into Responses
+input, for an upstream whose Responses API takes `input_audio`; the stub here emulates one):
+where the audio goes, what metadata is left, errors identical to chat, and SSE relayed event by
+event. Checked on the body the stub received and on the sha256 of the audio it decoded. The
+default stub, like vLLM 0.33, refuses audio parts on /v1/responses (the last tests). The default
+mode, the chat bridge, is tests/test_bridge.py."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import StreamReader, web
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.stub_upstream import StubState
 
 from .conftest import (
+    GatewayFactory,
     b64_of,
     chat_body,
     forwarded_json,
     gateway_error,
+    read_event,
     sha256_of,
     write_encoded_tone,
 )
 
 Client = TestClient[web.Request, web.Application]
 MODEL = "stub-audio-model"
+INPUT_AUDIO_MODE = {"audio": "input_audio"}
+
+pytestmark = pytest.mark.stub(responses_accept_audio=True)
+
+
+@pytest.fixture
+async def gateway(make_gateway: GatewayFactory) -> Client:
+    """A gateway splicing `input_audio` parts into Responses input."""
+    return await make_gateway(responses=INPUT_AUDIO_MODE)
 
 
 def responses_body(metadata: dict[str, Any] | None, **fields: Any) -> dict[str, Any]:
@@ -110,9 +123,11 @@ async def test_list_content_keeps_its_parts_after_the_audio(
         [
             {"role": "developer", "content": "Be terse."},
             {
+                "id": "msg_1",
                 "type": "message",
                 "role": "assistant",
-                "content": [{"type": "output_text", "text": "Send it."}],
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "Send it.", "annotations": []}],
             },
         ],
         [],
@@ -339,15 +354,6 @@ async def test_a_malformed_input_is_an_error_not_a_crash(gateway: Client, stub: 
 # --- streaming -------------------------------------------------------------------------------
 
 
-async def read_event(stream: StreamReader) -> dict[str, Any]:
-    """One SSE event: its `event` name and parsed `data`."""
-    event: dict[str, Any] = {}
-    while (line := (await stream.readline()).decode()) not in ("\n", "\r\n", ""):
-        field, _, value = line.rstrip("\r\n").partition(": ")
-        event[field] = json.loads(value) if field == "data" else value
-    return event
-
-
 async def test_a_streamed_response_is_relayed_event_by_event(
     gateway: Client, stub: StubState, audio_dir: Path
 ) -> None:
@@ -374,3 +380,39 @@ async def test_a_streamed_response_is_relayed_event_by_event(
     ]
     assert rest[1]["data"]["response"]["status"] == "completed"
     assert stub.streams_finished == 1
+
+
+# --- what vLLM 0.33's own Responses API does with audio parts ---------------------------------
+
+vllm_like_stub = pytest.mark.stub(responses_accept_audio=False)  # the default stub
+
+
+@vllm_like_stub
+@pytest.mark.parametrize(
+    ("splice", "part_type"), [({}, "input_audio"), ({"mode": "file_url"}, "audio_url")]
+)
+async def test_the_default_stub_refuses_responses_audio_parts_as_vllm_does(
+    make_gateway: GatewayFactory, stub: StubState, splice: dict[str, str], part_type: str
+) -> None:
+    """Why the bridge is the default: this splice fails on a vLLM 0.33 upstream."""
+    gateway = await make_gateway(responses=INPUT_AUDIO_MODE, splice=splice)
+    response = await gateway.post("/v1/responses", json=responses_body({"audio_path": "a.wav"}))
+    assert response.status == 400
+    message = (await response.json())["error"]["message"]
+    assert "Input should be 'input_text'" in message
+    assert f"(input {part_type!r})" in message
+    assert forwarded_json(stub)["input"][0]["content"][0]["type"] == part_type
+    assert stub.rejected == 1
+
+
+@vllm_like_stub
+async def test_the_default_stub_refuses_audio_in_an_input_file_as_vllm_does(
+    gateway: Client, stub: StubState, audio_dir: Path
+) -> None:
+    """No sidechannel: passed through untouched, and refused upstream by vLLM's part parser."""
+    part = {"type": "input_file", "file_data": b64_of(audio_dir / "a.wav"), "filename": "a.wav"}
+    body = responses_body(None, input=[{"role": "user", "content": [part]}])
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status == 400
+    assert "Unsupported chat content part type" in (await response.json())["error"]["message"]
+    assert stub.rejected == 1

@@ -19,14 +19,20 @@ from .state import ReceivedRequest, StubState, stub_state_key
 
 
 def create_stub_app(
-    allowed_local_media_path: str | None = None, *, record: bool = True
+    allowed_local_media_path: str | None = None,
+    *,
+    record: bool = True,
+    responses_accept_audio: bool = False,
 ) -> web.Application:
+    """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
+    and `audio_url` parts; vLLM 0.33's refuses them (the default)."""
     app = web.Application(client_max_size=2 * 1024**3, middlewares=[_count])
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
         if allowed_local_media_path
         else None,
         record=record,
+        responses_accept_audio=responses_accept_audio,
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/responses", responses)
@@ -87,27 +93,44 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     clips: list[ClipReport] = []
     for message in messages:
         clips.extend(await chat_message_clips(message, state))
-    report = _report(body, clips, messages[-1] if messages else None)
+    report = state.last_report = _report(body, clips, messages[-1] if messages else None)
     state.audio_requests += bool(clips)
+    answer = _ChatAnswer(_summary(clips), body, request.headers.get("X-Stub-Reasoning"))
     if body.get("stream"):
-        return await _stream_chat(request, body, report)
+        return await _stream_chat(request, body, report, answer)
+    reply: dict[str, Any] = {"role": "assistant", "content": " ".join(answer.words)}
+    if answer.reasoning is not None:
+        reply["reasoning"] = answer.reasoning
     return web.json_response(
         {
             "id": f"chatcmpl-stub-{state.request_count}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "stub"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": _summary(clips)},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            "choices": [{"index": 0, "message": reply, "finish_reason": answer.finish_reason}],
+            "usage": answer.usage(),
             "stub": report,
         }
     )
+
+
+class _ChatAnswer:
+    """The stub's answer, one word a token: cut at `max_tokens` (finish_reason "length"), and
+    with reasoning when the request's `X-Stub-Reasoning` header gives its text."""
+
+    def __init__(self, text: str, body: dict[str, Any], reasoning: str | None) -> None:
+        words = text.split(" ")
+        limit = body.get("max_tokens", body.get("max_completion_tokens"))
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise StubRejection(f"max_tokens must be a positive integer, not {limit!r}")
+        self.words = words[:limit] if limit is not None else words
+        self.finish_reason = "length" if len(self.words) < len(words) else "stop"
+        self.reasoning = reasoning
+
+    def usage(self) -> dict[str, int]:
+        thought = len(self.reasoning.split(" ")) if self.reasoning else 0
+        completion = len(self.words) + thought
+        return {"prompt_tokens": 1, "completion_tokens": completion, "total_tokens": completion + 1}
 
 
 def _report(body: dict[str, Any], clips: list[ClipReport], last: Any) -> dict[str, Any]:
@@ -132,8 +155,10 @@ def _summary(clips: list[ClipReport]) -> str:
 
 
 async def _stream_chat(
-    request: web.Request, body: dict[str, Any], report: dict[str, Any]
+    request: web.Request, body: dict[str, Any], report: dict[str, Any], answer: _ChatAnswer
 ) -> web.StreamResponse:
+    """Words as deltas (each but the last with its trailing space); with `X-Stub-Hold: 1` the
+    stream holds after its first chunk, with `X-Stub-Hold: 2` after its first content delta."""
     response = await _start_sse(request)
     base = {
         "id": "chatcmpl-stub",
@@ -142,12 +167,25 @@ async def _stream_chat(
     }
     first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}], "stub": report}
     await _sse(response, first)
-    await _maybe_hold(request)
-    for word in _summary([ClipReport(**c) for c in report["clips"]]).split(" "):
-        await _sse(response, {**base, "choices": [{"index": 0, "delta": {"content": word + " "}}]})
-    await _sse(response, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    await _maybe_hold(request, "1")
+    for piece in _pieces(answer.reasoning.split(" ") if answer.reasoning else []):
+        await _sse(response, {**base, "choices": [{"index": 0, "delta": {"reasoning": piece}}]})
+    for index, piece in enumerate(_pieces(answer.words)):
+        await _sse(response, {**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
+        if index == 0:
+            await _maybe_hold(request, "2")
+    last = {"index": 0, "delta": {}, "finish_reason": answer.finish_reason}
+    await _sse(response, {**base, "choices": [last]})
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        await _sse(response, {**base, "choices": [], "usage": answer.usage()})
     await response.write(b"data: [DONE]\n\n")
     return await _finish_sse(request, response)
+
+
+def _pieces(words: list[str]) -> list[str]:
+    """Stream deltas that join back to the words' text: each but the last keeps its space."""
+    return [word + " " for word in words[:-1]] + words[-1:]
 
 
 # --- responses --------------------------------------------------------------------------------
@@ -170,7 +208,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
             last = item
     elif not isinstance(items, str):
         raise StubRejection("'input' must be a string or a list of items")
-    report = _report(body, clips, last)
+    report = state.last_report = _report(body, clips, last)
     state.audio_requests += bool(clips)
     result = {
         "id": f"resp-stub-{state.request_count}",
@@ -222,9 +260,9 @@ async def _sse(
     await response.write(f"{prefix}data: {json.dumps(data)}\n\n".encode())
 
 
-async def _maybe_hold(request: web.Request) -> None:
-    """With `X-Stub-Hold: 1` the stream pauses after its first event until `release()`."""
-    if request.headers.get("X-Stub-Hold") == "1":
+async def _maybe_hold(request: web.Request, position: str = "1") -> None:
+    """With `X-Stub-Hold: <position>` the stream pauses there until `stub.hold` is set."""
+    if request.headers.get("X-Stub-Hold") == position:
         await request.app[stub_state_key].hold.wait()
 
 
@@ -306,8 +344,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--allowed-local-media-path", default=None)
+    parser.add_argument(
+        "--responses-accept-audio",
+        action="store_true",
+        help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
+    )
     args = parser.parse_args(argv)
-    app = create_stub_app(args.allowed_local_media_path, record=False)
+    app = create_stub_app(
+        args.allowed_local_media_path,
+        record=False,
+        responses_accept_audio=args.responses_accept_audio,
+    )
     web.run_app(
         app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None
     )

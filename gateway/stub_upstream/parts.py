@@ -27,11 +27,18 @@ CHAT_PART_KEYS = {
 RESPONSES_PART_KEYS = {
     "input_text": "text",
     "output_text": "text",
+    "refusal": "refusal",
     "input_image": "image_url",
     "input_audio": "input_audio",
-    "input_file": "file_id",
     "audio_url": "audio_url",
 }
+OPTIONAL_PART_KEYS = {"output_text": {"annotations", "logprobs"}, "input_image": {"detail"}}
+# vLLM 0.33 validates Responses input with the openai SDK's types: a message's parts are these
+# (an assistant message with `id` and `status` is an output message, with output parts) ...
+RESPONSES_INPUT_PARTS = ("input_text", "input_image", "input_file")
+RESPONSES_OUTPUT_PARTS = ("output_text", "refusal")
+# ... and what an upstream whose Responses API takes audio (`responses_accept_audio`) adds.
+RESPONSES_AUDIO_PARTS = ("input_audio", "audio_url")
 
 
 async def chat_message_clips(message: Any, state: StubState) -> list[ClipReport]:
@@ -51,7 +58,7 @@ async def _part_clip(part: Any, known: dict[str, str], state: StubState) -> Clip
     kind = part["type"]
     if kind not in known:
         raise StubRejection(f"Unknown part type: {kind}")
-    extra = set(part) - {"type", known[kind], "uuid"}
+    extra = set(part) - {"type", known[kind], "uuid"} - OPTIONAL_PART_KEYS.get(kind, set())
     if extra:
         raise StubRejection(f"unexpected keys {sorted(extra)} in a {kind} part")
     if known[kind] not in part:
@@ -109,4 +116,27 @@ async def responses_item_clips(item: Any, state: StubState) -> list[ClipReport]:
         return []
     if not isinstance(content, list):
         raise StubRejection("message content must be a string or a list of parts")
+    allowed = _responses_part_types(item, state.responses_accept_audio)
+    for part in content:
+        _check_responses_part(part, allowed)
     return [c for part in content if (c := await _part_clip(part, RESPONSES_PART_KEYS, state))]
+
+
+def _responses_part_types(item: dict[str, Any], accept_audio: bool) -> tuple[str, ...]:
+    if item.get("role") == "assistant" and "id" in item and "status" in item:
+        return RESPONSES_OUTPUT_PARTS
+    return RESPONSES_INPUT_PARTS + (RESPONSES_AUDIO_PARTS if accept_audio else ())
+
+
+def _check_responses_part(part: Any, allowed: tuple[str, ...]) -> None:
+    """vLLM's two refusals: pydantic's for a type the SDK's union lacks, then its content
+    parser's for `input_file` (it has no parser for files, audio or not)."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind not in allowed:
+        expected = ", ".join(repr(name) for name in allowed)
+        raise StubRejection(
+            f"1 validation error for ResponsesRequest: input content part: "
+            f"Input should be {expected} (input {kind!r})"
+        )
+    if kind == "input_file":
+        raise StubRejection(f"Unsupported chat content part type: {kind!r}")

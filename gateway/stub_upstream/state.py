@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -20,7 +21,9 @@ class ReceivedRequest:
 class StubState:
     allowed_local_media_path: str | None = None
     record: bool = True
+    responses_accept_audio: bool = False
     requests: list[ReceivedRequest] = field(default_factory=list)
+    last_report: dict[str, Any] | None = None  # the `stub` report of the last model request
     request_count: int = 0
     audio_requests: int = 0
     rejected: int = 0

@@ -1,0 +1,26 @@
+"""The Responses -> chat-completions bridge (`[responses] audio = "chat_bridge"`). Pure.
+
+vLLM 0.33's Responses API refuses every audio part, so a `/v1/responses` row carrying the
+audio sidechannel is sent to the upstream's `/v1/chat/completions` instead:
+
+    request.py  Responses body -> chat body (+ the fields the answer echoes), or a 400
+    answer.py   chat completion -> Responses object
+    events.py   chat SSE chunks -> Responses stream events
+
+The I/O (sending, reading, streaming back) lives in `gateway/bridge_relay.py`.
+"""
+
+from .answer import ResponseIds, chat_to_response
+from .events import ChatStreamTranslator, SSEDecoder, encode_event
+from .request import UNSUPPORTED, BridgedRequest, responses_to_chat
+
+__all__ = [
+    "UNSUPPORTED",
+    "BridgedRequest",
+    "ChatStreamTranslator",
+    "ResponseIds",
+    "SSEDecoder",
+    "chat_to_response",
+    "encode_event",
+    "responses_to_chat",
+]
