@@ -96,6 +96,20 @@ async def test_openai_sdk_upload_passes_through(
     assert (await cache_stats(gateway))["misses"] == 0  # nothing of the gateway's own was read
 
 
+async def test_openai_sdk_json_post_with_metadata(gateway: Client, audio_dir: Path) -> None:
+    async with AsyncOpenAI(
+        base_url=str(gateway.make_url("/v1")), api_key="x", max_retries=0, timeout=10
+    ) as client:
+        answer = await client.post(
+            "/audio/translations",
+            cast_to=object,
+            body={"model": MODEL, "temperature": 0.2, "metadata": {"audio_path": "c.wav"}},
+        )
+    assert isinstance(answer, dict)
+    assert answer["stub"]["clip"]["sha256"] == sha256_of(audio_dir / "c.wav")
+    assert answer["stub"]["fields"] == [["model", MODEL], ["temperature", "0.2"]]
+
+
 @pytest.mark.parametrize("route", ROUTES)
 async def test_a_multipart_upload_arrives_byte_for_byte(
     gateway: Client, stub: StubState, audio_dir: Path, route: str
@@ -254,10 +268,11 @@ async def test_a_form_with_an_audio_path_field(
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-async def test_real_curl_with_an_audio_path_field(gateway: Client, audio_dir: Path) -> None:
+@pytest.mark.parametrize("audio", ["audio_path=c.wav", "file=@{dir}/c.wav"], ids=["path", "file"])
+async def test_real_curl(gateway: Client, stub: StubState, audio_dir: Path, audio: str) -> None:
     process = await asyncio.create_subprocess_exec(
         "curl", "-sS", "--max-time", "20",
-        "-F", f"model={MODEL}", "-F", "audio_path=c.wav", "-F", "language=en",
+        "-F", f"model={MODEL}", "-F", audio.format(dir=audio_dir), "-F", "language=en",
         str(gateway.make_url(TRANSCRIPTIONS)),
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -265,8 +280,11 @@ async def test_real_curl_with_an_audio_path_field(gateway: Client, audio_dir: Pa
     assert process.returncode == 0
     answer = json.loads(stdout)
     assert answer["stub"]["clip"]["sha256"] == sha256_of(audio_dir / "c.wav")
+    assert answer["stub"]["filename"] == "c.wav"
     assert answer["stub"]["fields"] == [["model", MODEL], ["language", "en"]]
     assert answer["usage"] == {"type": "duration", "seconds": 1}
+    rewritten = b"audio-gateway-" in stub.requests[-1].headers["Content-Type"].encode()
+    assert rewritten == audio.startswith("audio_path")
 
 
 async def test_an_urlencoded_form_with_inline_audio_data(gateway: Client, audio_dir: Path) -> None:
