@@ -16,7 +16,9 @@ from cachetools import LRUCache
 from .audio import ResolvedClip
 from .config import CacheConfig
 from .encoder import EncodedAudio, StreamedAudio, base64_size, encode_clip, open_streamed_clip
+from .errors import GatewayError
 from .metrics import GatewayMetrics
+from .sidechannel import PathAudio
 
 FileIdentity = tuple[str, int, int]  # (real path, st_mtime_ns, st_size)
 CacheKey = tuple[str, int, int, bool]  # the identity and `raw`
@@ -39,7 +41,7 @@ class AudioStore:
             maxsize=max(config.max_bytes, 1), getsizeof=lambda entry: entry.nbytes
         )
         self._identity_by_path: dict[str, FileIdentity] = {}
-        self._inflight: dict[CacheKey, asyncio.Task[EncodedAudio]] = {}
+        self._inflight: dict[CacheKey, tuple[asyncio.Task[EncodedAudio], PathAudio]] = {}
         metrics.cache_bytes.set_function(lambda: self.bytes)
         metrics.cache_entries.set_function(lambda: self.entries)
 
@@ -68,16 +70,21 @@ class AudioStore:
         if entry is not None:
             self._metrics.cache_hits.inc()
             return entry
-        task = self._inflight.get(key)
-        if task is not None:
+        load = self._inflight.get(key)
+        if load is not None:
             self._metrics.cache_hits.inc()
         else:
             self._metrics.cache_misses.inc()
-            task = asyncio.create_task(self._load_and_store(key, clip))
-            self._inflight[key] = task
-            task.add_done_callback(lambda done: self._forget(key, done))
-        # shield: a cancelled requester must not cancel the load the others wait on.
-        return await asyncio.shield(task)
+            load = asyncio.create_task(self._load_and_store(key, clip)), clip.ref
+            self._inflight[key] = load
+            load[0].add_done_callback(lambda done: self._forget(key, done))
+        try:
+            # shield: a cancelled requester must not cancel the load the others wait on.
+            return await asyncio.shield(load[0])
+        except GatewayError as error:
+            if load[1] is clip.ref:
+                raise
+            raise _as_seen_by(error, load[1], clip.ref) from None
 
     async def _load(self, clip: ResolvedClip, raw: bool) -> EncodedAudio:
         if raw:
@@ -115,3 +122,11 @@ class AudioStore:
                 for path, identity in self._identity_by_path.items()
                 if (*identity, False) in self._lru or (*identity, True) in self._lru
             }
+
+
+def _as_seen_by(error: GatewayError, loader: PathAudio, requester: PathAudio) -> GatewayError:
+    """A shared load's error, worded for another request for the same file: its own key and
+    path as it gave them (the two may name the file differently)."""
+    message = error.message.replace(loader.label, requester.label, 1)
+    message = message.replace(repr(loader.given), repr(requester.given), 1)
+    return type(error)(message, param=requester.param, code=error.code)

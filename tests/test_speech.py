@@ -49,6 +49,7 @@ from .conftest import (
     sha256_of,
     write_encoded_tone,
 )
+from .test_cache import SerialExecutor, eventually, serial_executor  # noqa: F401
 
 Client = TestClient[web.Request, web.Application]
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
@@ -521,6 +522,41 @@ async def test_the_cache_keeps_raw_bytes_and_reads_a_clip_once(
     )
     assert (await chat.json())["stub"]["clips"][0]["sha256"] == sha256_of(audio_dir / "c.wav")
     assert (await cache_stats(gateway))["entries"] == 2
+
+
+async def test_concurrent_requests_share_one_load_and_a_file_changed_meanwhile_is_409(
+    serial_executor: SerialExecutor,  # noqa: F811  (the fixture imported from test_cache)
+    gateway: Client,
+    stub: StubState,
+    audio_dir: Path,
+) -> None:
+    jobs = serial_executor.jobs
+    gate = serial_executor.park()  # the load's first file operation (its open) waits here
+    body = {"model": MODEL, "metadata": {"audio_path": "b.wav"}}
+    first = asyncio.create_task(gateway.post(TRANSCRIPTIONS, json=body))
+    await serial_executor.until_jobs(jobs + 1)
+    form = FormData({"audio_path": "b.wav"}, default_to_multipart=True)
+    others = [asyncio.create_task(gateway.post(TRANSLATIONS, data=form)) for _ in range(7)]
+
+    async def all_waiting() -> bool:
+        return (await cache_stats(gateway))["hits"] == 7
+
+    await eventually(all_waiting)
+    with open(audio_dir / "b.wav", "ab") as clip:
+        clip.write(b"\0" * 100)  # after the checks, before the read
+    gate.set()
+    responses = await asyncio.gather(first, *others)
+    codes = [
+        (await gateway_error(r, 409, p))["code"] for r, p in zip(responses, PARAMS, strict=True)
+    ]
+    assert codes == ["audio_file_changed"] * 8
+    assert (await cache_stats(gateway))["misses"] == 1
+    assert stub.request_count == 0
+    answer = await speech_json(gateway, body)  # a retry reads the new file
+    assert answer["stub"]["clip"]["sha256"] == sha256_of(audio_dir / "b.wav")
+
+
+PARAMS = ["metadata.audio_path"] + ["audio_path"] * 7
 
 
 async def test_a_rewritten_file_is_read_again(gateway: Client, audio_dir: Path) -> None:
