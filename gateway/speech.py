@@ -105,6 +105,8 @@ class SpeechUploads:
         return await self._rewritten(request, ref, parts)
 
     async def _from_form(self, request: web.Request, boundary: str) -> Outgoing:
+        """Untouched and streamed once a `file` part shows; else read whole (up to
+        server.max_body_bytes) and rewritten when a field names the clip."""
         scanner = FormScanner(boundary)
         while chunk := await request.content.readany():
             if scanner.feed(chunk):
@@ -128,7 +130,7 @@ class SpeechUploads:
     async def _from_urlencoded(self, request: web.Request) -> Outgoing:
         """`curl -d audio_path=...`: a form that cannot carry a file, read whole."""
         raw = await request.read()  # bounded by server.max_body_bytes
-        pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+        pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
         fields = [FormPart(b"", value.encode(), name, None) for name, value in pairs]
         ref = self._reference(_sidechannel_fields(fields), "")
         if ref is None:
