@@ -65,7 +65,8 @@ class FormScanner:
     def __init__(self, boundary: str) -> None:
         self.buffer = bytearray()
         self.file_part_seen = False
-        self._delimiter = b"--" + boundary.encode("latin-1")
+        # aiohttp decoded the header as UTF-8 with surrogateescape: these are its bytes as sent.
+        self._delimiter = b"--" + boundary.encode("utf-8", "surrogateescape")
         self._search_from = 0
         self._delimiter_at = -1  # a delimiter found whose part headers have not all arrived
 
