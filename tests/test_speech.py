@@ -146,6 +146,41 @@ async def test_a_chunked_upload_is_streamed_through(
     assert stub.requests[-1].headers.get("Transfer-Encoding") == "chunked"
 
 
+async def test_an_upload_reaches_the_upstream_before_the_client_has_sent_it_all(
+    audio_dir: Path,
+) -> None:
+    """The client holds back the rest of its upload until the upstream has seen the start:
+    a gateway that buffered the body would never let that happen."""
+    started = asyncio.Event()
+    received: list[bytes] = []
+
+    async def upload(request: web.Request) -> web.Response:
+        while chunk := await request.content.readany():
+            received.append(chunk)
+            started.set()
+        return web.json_response({"text": "ok"})
+
+    upstream = web.Application()
+    upstream.router.add_post(TRANSCRIPTIONS, upload)
+    writer = FormData({"model": MODEL})
+    writer.add_field("file", (audio_dir / "c.wav").read_bytes(), filename="c.wav")
+    payload = writer()
+    body = await _bytes_of(payload)
+
+    async def held_back() -> AsyncIterator[bytes]:
+        yield body[:1000]  # the `file` part's headers and its first bytes
+        await asyncio.wait_for(started.wait(), 10)
+        yield body[1000:]
+
+    async with TestServer(upstream) as server:
+        config = gateway_config(str(server.make_url("")).rstrip("/"), audio_dir)
+        async with TestClient(TestServer(create_app(config))) as gateway:
+            headers = {"Content-Type": payload.content_type}
+            response = await gateway.post(TRANSCRIPTIONS, data=held_back(), headers=headers)
+            assert response.status == 200, await response.text()
+    assert b"".join(received) == body
+
+
 async def _bytes_of(payload: Any) -> bytes:
     chunks: list[bytes] = []
 
