@@ -594,6 +594,21 @@ async def test_concurrent_requests_share_one_load_and_a_file_changed_meanwhile_i
 PARAMS = ["metadata.audio_path"] + ["audio_path"] * 7
 
 
+@pytest.mark.parametrize(
+    "sections",
+    [{"splice": {"mode": "file_url", "part_uuid": True}}, {"cache": {"max_bytes": 0}}],
+    ids=["file_url-mode", "cache-off"],
+)
+async def test_uploads_are_bytes_whatever_the_chat_wire_form(
+    make_gateway: GatewayFactory, audio_dir: Path, sections: dict[str, Any]
+) -> None:
+    gateway = await make_gateway(**sections)
+    body = {"model": MODEL, "metadata": {"audio_path": "b.wav"}}
+    for _ in range(2):
+        answer = await speech_json(gateway, body)
+        assert answer["stub"]["clip"]["sha256"] == sha256_of(audio_dir / "b.wav")
+
+
 async def test_a_rewritten_file_is_read_again(gateway: Client, audio_dir: Path) -> None:
     body = {"model": MODEL, "metadata": {"audio_path": "a.wav"}}
     await speech_json(gateway, body)
