@@ -35,10 +35,12 @@ from .relay import (
     create_upstream_pool,
     relay,
     request_body_chunks,
+    request_body_length,
     request_headers_for_upstream,
     upstream_target,
 )
 from .sidechannel import carries_sidechannel
+from .speech import SpeechUploads
 from .upstream import UpstreamPool
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ config_key = web.AppKey("config_key", Config)
 metrics_key = web.AppKey("metrics_key", GatewayMetrics)
 upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
+speech_key = web.AppKey("speech_key", SpeechUploads)
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away before the answer
 
@@ -72,6 +75,8 @@ def create_app(config: Config) -> web.Application:
     else:
         responses = rewriting(RESPONSES)
     app.router.add_post("/v1/responses", responses, name="responses")
+    app.router.add_post("/v1/audio/transcriptions", speech, name="transcriptions")
+    app.router.add_post("/v1/audio/translations", speech, name="translations")
     app.router.add_route("*", "/{tail:.*}", passthrough, name="passthrough")
     return app
 
@@ -93,6 +98,9 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     )
     pipeline = RewritePipeline(config.splice, config.audio, policy, store)
     app[pipeline_key] = pipeline
+    app[speech_key] = SpeechUploads(
+        pipeline.resolver, store, config.audio.max_file_bytes, config.server.max_body_bytes
+    )
     yield
     pipeline.resolver.close()
 
@@ -141,14 +149,34 @@ def bridging(shape: RouteShape) -> Handler:
     return handle
 
 
+async def speech(request: web.Request) -> web.StreamResponse:
+    """Speech-to-text: a sidechannel clip becomes the multipart `file` upload vLLM expects."""
+    started = time.perf_counter()
+    outgoing = await request.app[speech_key].prepare(request)
+    if outgoing is None:
+        return await passthrough(request)
+    if outgoing.rewritten:
+        route = request.match_info.route.name or "speech"
+        request.app[metrics_key].observe_added_latency(route, time.perf_counter() - started)
+    try:
+        return await _relay(
+            request,
+            headers=outgoing.headers,
+            body=outgoing.body,
+            content_length=outgoing.content_length,
+        )
+    finally:
+        if isinstance(outgoing.body, SegmentedPayload):
+            await outgoing.body.aclose()
+
+
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Every other route: relayed untouched, the body streamed through."""
     headers = request_headers_for_upstream(request)
     if not request.body_exists:
         return await _relay(request, headers=headers, body=None)
-    decoded = "Content-Encoding" in request.headers  # aiohttp decoded it: length unknown
-    length = None if decoded else request.content_length
     body = request_body_chunks(request)
+    length = request_body_length(request)
     return await _relay(request, headers=headers, body=body, content_length=length)
 
 

@@ -32,9 +32,9 @@ def base64_size(size: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class EncodedAudio:
-    """A clip as the cache keeps it: the base64 in pieces (never joined), its MIME type and,
-    when asked for, the sha256 of the file bytes. `pieces` is empty when only the MIME type
-    was needed (file:// mode)."""
+    """A clip as the cache keeps it: the base64 in pieces (never joined; raw file bytes for the
+    speech-to-text routes), its MIME type and, when asked for, the sha256 of the file bytes.
+    `pieces` is empty when only the MIME type was needed (file:// mode)."""
 
     mime: str
     pieces: tuple[bytes, ...]
@@ -74,31 +74,46 @@ class ChunkReader:
 
 
 class StreamedAudio:
-    """An open clip whose base64 is produced while it is sent; close it on every path."""
+    """An open clip whose base64 (with `raw`, its bytes) is produced while it is sent; close it
+    on every path."""
 
-    def __init__(self, reader: ChunkReader, head: memoryview, mime: str, sha256: str | None):
+    def __init__(
+        self,
+        reader: ChunkReader,
+        head: memoryview,
+        mime: str,
+        sha256: str | None,
+        *,
+        raw: bool = False,
+    ):
         self.mime = mime
         self.sha256 = sha256
-        self.nbytes = base64_size(reader.clip.size)
+        self.nbytes = reader.clip.size if raw else base64_size(reader.clip.size)
         self._reader = reader
         self._head = head
+        self._piece: Callable[[memoryview], bytes] = bytes if raw else pybase64.b64encode
 
     async def chunks(self) -> AsyncIterator[bytes]:
         chunk = self._head
         while chunk:
-            yield pybase64.b64encode(chunk)  # encoded before the buffer is read into again
+            yield self._piece(chunk)  # copied or encoded before the buffer is read into again
             chunk = await self._reader.read()
 
     async def aclose(self) -> None:
         await self._reader.aclose()
 
 
-async def encode_clip(clip: ResolvedClip, *, encode: bool, digest: bool) -> EncodedAudio:
-    """Read the whole clip once: sniff it, and base64-encode and/or hash it as asked."""
+async def encode_clip(
+    clip: ResolvedClip, *, encode: bool, digest: bool, raw: bool = False
+) -> EncodedAudio:
+    """Read the whole clip once: sniff it, and base64-encode and/or hash it as asked; with
+    `raw`, the pieces are the file's own bytes (the speech-to-text multipart upload)."""
     reader = ChunkReader(clip, await _open_clip(clip))
     try:
         chunk = await reader.read()
         mime = _checked_mime(clip, chunk)
+        if raw:
+            return EncodedAudio(mime, await _raw_pieces(reader, chunk), None)
         if not (encode or digest):
             return EncodedAudio(mime, (), None)
         hasher = hashlib.sha256() if digest else None
@@ -114,8 +129,19 @@ async def encode_clip(clip: ResolvedClip, *, encode: bool, digest: bool) -> Enco
         await reader.aclose()
 
 
-async def open_streamed_clip(clip: ResolvedClip, *, digest: bool) -> StreamedAudio:
-    """Open and sniff a clip for streaming; with `digest`, hash it first in a worker thread."""
+async def _raw_pieces(reader: ChunkReader, chunk: memoryview) -> tuple[bytes, ...]:
+    pieces: list[bytes] = []
+    while chunk:
+        pieces.append(bytes(chunk))  # a copy: the reader's buffer is reused
+        chunk = await reader.read()
+    return tuple(pieces)
+
+
+async def open_streamed_clip(
+    clip: ResolvedClip, *, digest: bool, raw: bool = False
+) -> StreamedAudio:
+    """Open and sniff a clip for streaming; with `digest`, hash it first in a worker thread;
+    with `raw`, its chunks are the file's bytes rather than base64."""
     handle = await _open_clip(clip)
     reader = ChunkReader(clip, handle)
     try:
@@ -124,7 +150,7 @@ async def open_streamed_clip(clip: ResolvedClip, *, digest: bool) -> StreamedAud
         sha256 = None
         if digest:
             sha256 = await asyncio.to_thread(_hash_file_descriptor, handle.fileno(), clip.size)
-        return StreamedAudio(reader, head, mime, sha256)
+        return StreamedAudio(reader, head, mime, sha256, raw=raw)
     except BaseException:
         await reader.aclose()
         raise

@@ -61,20 +61,23 @@ def _named_in_connection(values: Iterable[str]) -> set[str]:
 
 
 def request_headers_for_upstream(
-    request: web.Request, *, json_body: bool = False
+    request: web.Request, *, json_body: bool = False, content_type: str | None = None
 ) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop ones, Host, and the framing the relay recomputes.
 
     aiohttp's server has already decoded any request Content-Encoding, so that header cannot be
-    forwarded either. With `json_body` (a body the gateway rewrote) the Content-Type is ours.
+    forwarded either. With `json_body` or `content_type` (a body the gateway rewrote) the
+    Content-Type is ours.
     """
+    if json_body:
+        content_type = "application/json"
     drop = HOP_BY_HOP_HEADERS | _named_in_connection(request.headers.getall("Connection", ()))
     drop |= FRAMING_HEADERS
-    if json_body:
+    if content_type:
         drop |= {"content-type"}
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
-    if json_body:
-        headers.append(("Content-Type", "application/json"))
+    if content_type:
+        headers.append(("Content-Type", content_type))
     return headers
 
 
@@ -175,6 +178,11 @@ async def _stream_back(request: web.Request, upstream: UpstreamResponse) -> web.
         return response
     await response.write_eof()
     return response
+
+
+def request_body_length(request: web.Request) -> int | None:
+    """The client's Content-Length; None when aiohttp decoded a Content-Encoding (unknown)."""
+    return None if "Content-Encoding" in request.headers else request.content_length
 
 
 async def request_body_chunks(request: web.Request) -> AsyncIterator[bytes]:

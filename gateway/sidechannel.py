@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import binascii
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,19 +73,27 @@ def read_sidechannel(
     metadata = body.get("metadata")
     if not isinstance(metadata, dict):
         return None
-    present = [key for key in SIDECHANNEL_KEYS if key in metadata]
+    return read_audio_keys(metadata, max_clips, max_clip_bytes, prefix="metadata.")
+
+
+def read_audio_keys(
+    fields: Mapping[str, Any], max_clips: int, max_clip_bytes: int, *, prefix: str
+) -> Sidechannel | None:
+    """The sidechannel keys of `fields` (a request's `metadata`, or the fields of a form),
+    validated as `read_sidechannel` does; errors name each key as `prefix + key`."""
+    present = [key for key in SIDECHANNEL_KEYS if key in fields]
     if not present:
         return None
     if len(present) > 1:
-        names = ", ".join(f"metadata.{key}" for key in present)
+        names = ", ".join(f"{prefix}{key}" for key in present)
         raise InvalidRequest(
             f"{names}: give exactly one audio sidechannel key, not {len(present)}",
-            param=f"metadata.{present[0]}",
+            param=f"{prefix}{present[0]}",
             code="conflicting_audio_keys",
         )
     key = present[0]
-    value = metadata[key]
-    param = f"metadata.{key}"
+    value = fields[key]
+    param = f"{prefix}{key}"
     if key in ("audio_data", LEGACY_INLINE_KEY):
         return Sidechannel(key, (parse_data_uri(value, param, max_clip_bytes),))
     if key == "audio_path":

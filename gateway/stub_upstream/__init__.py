@@ -6,7 +6,9 @@ audio, `file://` outside its allowed media path, non-string Responses metadata, 
 0.33 any audio part in Responses input unless `responses_accept_audio`), decodes every clip,
 and answers with what it got: per clip the sha256 of the decoded bytes, MIME type, size,
 duration and sample rate. Chat answers honour `max_tokens` (a word a token) and carry
-`reasoning` when the `X-Stub-Reasoning` header gives it. Streams SSE when asked. Run alone with
+`reasoning` when the `X-Stub-Reasoning` header gives it. Streams SSE when asked. The
+speech-to-text routes read their multipart form as vLLM's FastAPI handler does (`speech.py`).
+Run alone with
 `python -m gateway.stub_upstream --port 8000`.
 """
 

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .media import ClipReport, StubRejection
 from .parts import chat_message_clips, responses_item_clips
+from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 
 
@@ -36,6 +37,7 @@ def create_stub_app(
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/responses", responses)
+    add_speech_routes(app)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", vllm_health)
     app.router.add_get("/metrics", vllm_metrics)

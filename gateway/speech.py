@@ -1,0 +1,227 @@
+"""The speech-to-text routes (`/v1/audio/transcriptions`, `/v1/audio/translations`): the
+multipart upload vLLM expects, built from the audio sidechannel.
+
+- multipart with a `file` part: relayed untouched, streamed (only its first part headers are
+  looked at, to find that part);
+- JSON whose `metadata` names one clip (`audio_path`, `audio_data`, legacy `audio_url`), or a
+  multipart form with such a field and no `file`: the clip becomes the `file` part (raw bytes,
+  never base64), the other fields stay form fields;
+- anything else: relayed untouched, for vLLM to answer.
+
+Paths go through the chat routes' policy, resolver and audio store (raw-byte entries, same
+budget and single-flight); clips over `cache.max_item_bytes` are streamed from disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+import pybase64
+from aiohttp import web
+from aiohttp.helpers import parse_mimetype
+
+from .audio import BatchedResolver
+from .body import SegmentedPayload
+from .cache import AudioStore
+from .encoder import StreamedAudio
+from .errors import InvalidRequest, PayloadTooLarge
+from .formats import MIME_BY_EXTENSION, SNIFF_BYTES, SUPPORTED_EXTENSIONS, sniff_mime
+from .multipart import (
+    FILE_FIELD,
+    AudioUpload,
+    FormPart,
+    FormScanner,
+    build_form,
+    form_fields,
+    text_part,
+)
+from .pipeline import parse_json_object
+from .relay import request_body_chunks, request_body_length, request_headers_for_upstream
+from .sidechannel import (
+    LEGACY_INLINE_KEY,
+    SIDECHANNEL_KEYS,
+    InlineAudio,
+    PathAudio,
+    read_audio_keys,
+)
+
+log = logging.getLogger(__name__)
+
+EXTENSION_BY_MIME = {mime: extension[1:] for extension, mime in MIME_BY_EXTENSION.items()}
+RequestBody = bytes | SegmentedPayload | AsyncIterator[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """What to send upstream; `rewritten` when the gateway built the body."""
+
+    headers: list[tuple[str, str]]
+    body: RequestBody
+    content_length: int | None = None
+    rewritten: bool = False
+
+
+class SpeechUploads:
+    """Turns a speech-to-text request into the request for vLLM; `prepare` returns None for a
+    body that is neither multipart nor JSON (the plain passthrough relays it)."""
+
+    def __init__(
+        self, resolver: BatchedResolver, store: AudioStore, max_clip_bytes: int, max_body: int
+    ) -> None:
+        self.resolver = resolver
+        self.store = store
+        self.max_clip_bytes = max_clip_bytes
+        self.max_body_bytes = max_body
+        self._legacy_key_logged = False
+
+    async def prepare(self, request: web.Request) -> Outgoing | None:
+        boundary = request.content_type == "multipart/form-data" and _boundary(request)
+        if boundary:
+            return await self._from_form(request, boundary)
+        if request.content_type == "application/json":
+            return await self._from_json(request)
+        if request.content_type == "application/x-www-form-urlencoded":
+            return await self._from_urlencoded(request)
+        return None
+
+    async def _from_json(self, request: web.Request) -> Outgoing:
+        raw = await request.read()  # bounded by server.max_body_bytes
+        body = parse_json_object(raw)
+        metadata = body.get("metadata")
+        ref = self._reference(metadata if isinstance(metadata, dict) else {}, "metadata.")
+        if ref is None:
+            return Outgoing(request_headers_for_upstream(request), raw)
+        if FILE_FIELD in body:
+            raise InvalidRequest(
+                f"file and {ref.param} both give the audio; give one",
+                param=FILE_FIELD,
+                code="conflicting_audio_keys",
+            )
+        parts = [text_part(name, value) for name, value in form_fields(body)]
+        return await self._rewritten(request, ref, parts)
+
+    async def _from_form(self, request: web.Request, boundary: str) -> Outgoing:
+        """Untouched and streamed once a `file` part shows; else read whole (up to
+        server.max_body_bytes) and rewritten when a field names the clip."""
+        scanner = FormScanner(boundary)
+        while chunk := await request.content.readany():
+            if scanner.feed(chunk):
+                body = _chained(bytes(scanner.buffer), request_body_chunks(request))
+                headers = request_headers_for_upstream(request)
+                return Outgoing(headers, body, request_body_length(request))
+            if len(scanner.buffer) > self.max_body_bytes:
+                raise PayloadTooLarge(
+                    f"the request body exceeds server.max_body_bytes ({self.max_body_bytes})",
+                    code="request_too_large",
+                )
+        raw = bytes(scanner.buffer)
+        parts = scanner.parts()
+        fields = _sidechannel_fields(parts or [])
+        ref = self._reference(fields, "") if parts else None
+        if ref is None:
+            return Outgoing(request_headers_for_upstream(request), raw)
+        kept = [part for part in parts or [] if not _is_sidechannel_field(part)]
+        return await self._rewritten(request, ref, kept)
+
+    async def _from_urlencoded(self, request: web.Request) -> Outgoing:
+        """`curl -d audio_path=...`: a form that cannot carry a file, read whole."""
+        raw = await request.read()  # bounded by server.max_body_bytes
+        pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
+        fields = [FormPart(b"", value.encode(), name, None) for name, value in pairs]
+        ref = self._reference(_sidechannel_fields(fields), "")
+        if ref is None:
+            return Outgoing(request_headers_for_upstream(request), raw)
+        parts = [text_part(p.name or "", p.text()) for p in fields if not _is_sidechannel_field(p)]
+        return await self._rewritten(request, ref, parts)
+
+    def _reference(self, fields: dict[str, object], prefix: str) -> InlineAudio | PathAudio | None:
+        """The one clip `fields` name; `audio_paths` is refused (one clip per request)."""
+        if [key for key in SIDECHANNEL_KEYS if key in fields] == ["audio_paths"]:
+            raise InvalidRequest(
+                f"{prefix}audio_paths: a transcription or translation takes one clip; "
+                f"give {prefix}audio_path",
+                param=f"{prefix}audio_paths",
+                code="invalid_audio_reference",
+            )
+        sidechannel = read_audio_keys(fields, 1, self.max_clip_bytes, prefix=prefix)
+        if sidechannel is None:
+            return None
+        if sidechannel.key == LEGACY_INLINE_KEY and not self._legacy_key_logged:
+            self._legacy_key_logged = True
+            log.warning("audio_url is the deprecated name of audio_data; rename it (logged once)")
+        return sidechannel.clips[0]
+
+    async def _rewritten(
+        self, request: web.Request, ref: InlineAudio | PathAudio, parts: list[FormPart]
+    ) -> Outgoing:
+        upload = await self._upload(ref)
+        try:
+            boundary = f"audio-gateway-{os.urandom(16).hex()}"
+            payload = SegmentedPayload(build_form(boundary, upload, parts))
+        except BaseException:
+            await _close(upload)
+            raise
+        content_type = f"multipart/form-data; boundary={boundary}"
+        headers = request_headers_for_upstream(request, content_type=content_type)
+        return Outgoing(headers, payload, rewritten=True)
+
+    async def _upload(self, ref: InlineAudio | PathAudio) -> AudioUpload:
+        if isinstance(ref, InlineAudio):
+            return inline_upload(ref)
+        clip = (await self.resolver.resolve([ref]))[0]
+        audio = await self.store.get(clip, raw=True)
+        segments = (audio,) if isinstance(audio, StreamedAudio) else audio.pieces
+        return AudioUpload(os.path.basename(ref.given), audio.mime, segments)
+
+
+def inline_upload(ref: InlineAudio) -> AudioUpload:
+    """Inline audio as a file part: its bytes decoded, named `audio.<ext>` by its content."""
+    data = pybase64.b64decode(ref.payload)  # read_sidechannel checked it is strict base64
+    mime = sniff_mime(data[:SNIFF_BYTES], ref.mime)
+    if mime is None:
+        raise InvalidRequest(
+            f"{ref.param} is not audio (no {SUPPORTED_EXTENSIONS} container signature in its "
+            "first bytes)",
+            param=ref.param,
+            code="not_audio",
+        )
+    return AudioUpload(f"audio.{EXTENSION_BY_MIME[mime]}", mime, (data,))
+
+
+def _boundary(request: web.Request) -> str:
+    return parse_mimetype(request.headers.get("Content-Type", "")).parameters.get("boundary", "")
+
+
+def _is_sidechannel_field(part: FormPart) -> bool:
+    return part.filename is None and part.name in SIDECHANNEL_KEYS
+
+
+def _sidechannel_fields(parts: list[FormPart]) -> dict[str, object]:
+    """The sidechannel fields of a form; a key given twice is refused (which one was meant?)."""
+    fields: dict[str, object] = {}
+    for part in filter(_is_sidechannel_field, parts):
+        assert part.name is not None
+        if part.name in fields:
+            raise InvalidRequest(
+                f"{part.name} is given more than once; a request takes one clip",
+                param=part.name,
+                code="invalid_audio_reference",
+            )
+        fields[part.name] = part.text()
+    return fields
+
+
+async def _chained(prefix: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield prefix
+    async for chunk in rest:
+        yield chunk
+
+
+async def _close(upload: AudioUpload) -> None:
+    for segment in upload.segments:
+        if isinstance(segment, StreamedAudio):
+            await segment.aclose()
