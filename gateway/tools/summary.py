@@ -1,0 +1,167 @@
+"""What `check` and `convert` report: counts, errors grouped by code, as a table or JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .check import CheckedRow, ClipFacts
+
+EXAMPLES_PER_CODE = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    """One row's error, located as a user finds it: file, line, key and path as written."""
+
+    file: str
+    line: int
+    code: str
+    key: str | None  # e.g. "responses_create_params.metadata.audio_paths"
+    path: str | None  # the path exactly as the row wrote it, when the error is about one
+    message: str
+
+    def example(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "key": self.key,
+            "path": self.path,
+            "message": self.message,
+        }
+
+
+@dataclass(slots=True)
+class ErrorGroups:
+    """Errors by code: a count and the first few examples of each."""
+
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rows: int = 0
+
+    def add(self, error: RowError) -> None:
+        self.rows += 1
+        group = self.groups.setdefault(error.code, {"count": 0, "examples": []})
+        group["count"] += 1
+        if len(group["examples"]) < EXAMPLES_PER_CODE:
+            group["examples"].append(error.example())
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(sorted(self.groups.items(), key=lambda item: -item[1]["count"]))
+
+    def render(self) -> list[str]:
+        lines = []
+        for code, group in self.to_json().items():
+            lines.append(f"  {code}: {group['count']} row(s)")
+            for example in group["examples"]:
+                where = f"{example['file']}:{example['line']}"
+                lines.append(f"    {where}  {example['message']}")
+        return lines
+
+
+def render_table(title: str, rows: list[tuple[str, str]], errors: ErrorGroups) -> str:
+    """A two-column summary followed by the errors (or "no errors")."""
+    width = max(len(name) for name, _ in rows)
+    lines = [title, *(f"  {name:<{width}}  {value}" for name, value in rows)]
+    lines.append("errors:" if errors.groups else "errors: none")
+    lines.extend(errors.render())
+    return "\n".join(lines)
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(slots=True)
+class CheckSummary:
+    """Totals of a `check` run; memory grows with distinct files, never with rows."""
+
+    files: list[str]
+    rows: int = 0
+    rows_with_audio: int = 0
+    clips: int = 0
+    inline_clips: int = 0
+    audio_bytes: int = 0
+    audio_seconds: float = 0.0
+    clips_without_duration: int = 0
+    longest: dict[str, Any] | None = None
+    errors: ErrorGroups = field(default_factory=ErrorGroups)
+    seconds: float = 0.0
+    _distinct: set[str] = field(default_factory=set)
+
+    def add(self, row: CheckedRow) -> None:
+        self.rows += 1
+        self.rows_with_audio += row.has_audio
+        if row.error is not None:
+            self.errors.add(row.error)
+        for clip in row.clips:
+            self._add_clip(row, clip)
+
+    def _add_clip(self, row: CheckedRow, clip: ClipFacts) -> None:
+        self.clips += 1
+        self.audio_bytes += clip.size
+        if clip.real_path is None:
+            self.inline_clips += 1
+        else:
+            self._distinct.add(clip.real_path)
+        if clip.seconds is None:
+            self.clips_without_duration += 1
+            return
+        self.audio_seconds += clip.seconds
+        if self.longest is None or clip.seconds > self.longest["seconds"]:
+            line = row.line
+            self.longest = {
+                "file": line.file,
+                "line": line.number,
+                "key": clip.key,
+                "path": clip.path,
+                "seconds": clip.seconds,
+            }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": "check",
+            "files": self.files,
+            "rows": self.rows,
+            "rows_with_audio": self.rows_with_audio,
+            "rows_with_errors": self.errors.rows,
+            "clips": self.clips,
+            "inline_clips": self.inline_clips,
+            "distinct_files": len(self._distinct),
+            "audio_bytes": self.audio_bytes,
+            "audio_seconds": round(self.audio_seconds, 3),
+            "clips_without_duration": self.clips_without_duration,
+            "longest_clip": self.longest,
+            "errors": self.errors.to_json(),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def render(self) -> str:
+        longest = "-"
+        if self.longest is not None:
+            where = self.longest["path"] or self.longest["key"]
+            longest = (
+                f"{self.longest['seconds']:.2f} s  {where}  "
+                f"({self.longest['file']}:{self.longest['line']})"
+            )
+        rate = self.rows / self.seconds if self.seconds else 0.0
+        rows = [
+            ("rows read", f"{self.rows:,}"),
+            ("rows with audio", f"{self.rows_with_audio:,}"),
+            ("rows with errors", f"{self.errors.rows:,}"),
+            ("clips", f"{self.clips:,} ({self.inline_clips:,} inline)"),
+            ("distinct files", f"{len(self._distinct):,}"),
+            ("audio bytes", human_bytes(self.audio_bytes)),
+            (
+                "audio seconds",
+                f"{self.audio_seconds:,.1f} s ({self.clips_without_duration:,} "
+                "clips of unknown length: only WAV and FLAC headers state it)",
+            ),
+            ("longest clip", longest),
+            ("time", f"{self.seconds:.1f} s ({rate:,.0f} rows/s)"),
+        ]
+        return render_table("audio-gateway check: " + ", ".join(self.files), rows, self.errors)
