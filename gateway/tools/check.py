@@ -10,13 +10,11 @@ are taken in row order, so the first examples of each error are the first in the
 from __future__ import annotations
 
 import os
-import re
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import msgspec
 import pybase64
 
 from ..audio import PathPolicy, ResolvedClip
@@ -27,7 +25,7 @@ from ..errors import GatewayError
 from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
 from ..sidechannel import InlineAudio, PathAudio, base64_decoded_size, read_sidechannel
 from .jsonl import Line
-from .rows import RowRequest, parse_row, request_too_large, route_shape
+from .rows import RowRequest, parse_row, request_too_large, route_shape, row_error
 from .summary import RowError
 
 ROWS_IN_FLIGHT_PER_JOB = 16  # enough rows queued that no worker waits on the parser
@@ -202,13 +200,7 @@ class RowChecker:
         return ClipFacts(prefix + ref.label, ref.given, clip.real_path, clip.size, seconds)
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
-        found = prepared.request
-        prefix = found.prefix if found is not None else ""
-        if path is None and found is not None:
-            path = _path_named_by(found, error)
-        key = prefix + error.param if error.param else None
-        line = prepared.line
-        return RowError(line.file, line.number, error.code, key, path, error.message)
+        return row_error(prepared.line, prepared.request, error, path)
 
 
 def _read_head(clip: ResolvedClip) -> _Head:
@@ -219,28 +211,6 @@ def _read_head(clip: ResolvedClip) -> _Head:
     finally:
         os.close(fd)
     return _Head(head[:SNIFF_BYTES], read_header(head, clip.size))
-
-
-def _path_named_by(found: RowRequest, error: GatewayError) -> str | None:
-    """The path as written that a sidechannel error is about (`metadata.audio_paths[2]`)."""
-    metadata = found.request.get("metadata")
-    if not isinstance(metadata, dict) or not error.param:
-        return None
-    value = metadata.get(error.param.removeprefix("metadata."))
-    if error.param == "metadata.audio_path":
-        return value if isinstance(value, str) else None
-    if error.param != "metadata.audio_paths":
-        return None
-    index = re.match(r"metadata\.audio_paths\[(\d+)\]", error.message)
-    if isinstance(value, str):
-        try:
-            value = msgspec.json.decode(value)
-        except msgspec.DecodeError:
-            return None
-    if index is None or not isinstance(value, list):
-        return None
-    item = value[int(index.group(1))]
-    return item if isinstance(item, str) else None
 
 
 def check_rows(lines: Iterable[Line], checker: RowChecker, jobs: int) -> Iterable[CheckedRow]:

@@ -7,14 +7,17 @@ Responses body (`input`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
 
 from ..config import SpliceConfig
-from ..errors import PayloadTooLarge
+from ..errors import GatewayError, PayloadTooLarge
 from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
+from .jsonl import Line
+from .summary import RowError
 
 NEMO_GYM_KEY = "responses_create_params"
 
@@ -64,3 +67,36 @@ def request_too_large(size: int, max_body_bytes: int) -> PayloadTooLarge | None:
         f"the request body is {size} bytes, over server.max_body_bytes ({max_body_bytes})",
         code="request_too_large",
     )
+
+
+def row_error(
+    line: Line, found: RowRequest | None, error: GatewayError, path: str | None = None
+) -> RowError:
+    """The server's error located in the dataset: row-level key, path as written."""
+    prefix = found.prefix if found is not None else ""
+    if path is None and found is not None:
+        path = _path_named_by(found, error)
+    key = prefix + error.param if error.param else None
+    return RowError(line.file, line.number, error.code, key, path, error.message)
+
+
+def _path_named_by(found: RowRequest, error: GatewayError) -> str | None:
+    """The path as written that a sidechannel error is about (`metadata.audio_paths[2]`)."""
+    metadata = found.request.get("metadata")
+    if not isinstance(metadata, dict) or not error.param:
+        return None
+    value = metadata.get(error.param.removeprefix("metadata."))
+    if error.param == "metadata.audio_path":
+        return value if isinstance(value, str) else None
+    if error.param != "metadata.audio_paths":
+        return None
+    index = re.match(r"metadata\.audio_paths\[(\d+)\]", error.message)
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return None
+    if index is None or not isinstance(value, list):
+        return None
+    item = value[int(index.group(1))]
+    return item if isinstance(item, str) else None

@@ -165,3 +165,74 @@ class CheckSummary:
             ("time", f"{self.seconds:.1f} s ({rate:,.0f} rows/s)"),
         ]
         return render_table("audio-gateway check: " + ", ".join(self.files), rows, self.errors)
+
+
+@dataclass(slots=True)
+class ConvertSummary:
+    """Totals of a `convert` run."""
+
+    direction: str  # "extract" or "inline"
+    source: str
+    target: str
+    rows: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    clips: int = 0
+    files_written: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    stopped: bool = False  # --strict met an error: OUT was not written
+    errors: ErrorGroups = field(default_factory=ErrorGroups)
+
+    def add(self, status: str, clips: int, error: RowError | None, nbytes: int) -> None:
+        self.bytes_in += nbytes
+        self.rows += 1
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.clips += clips
+        if error is not None:
+            self.errors.add(error)
+
+    @property
+    def ratio(self) -> float:
+        """OUT's size over IN's: 0.002 means OUT is 500x smaller."""
+        return self.bytes_out / self.bytes_in if self.bytes_in else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": "convert",
+            "direction": self.direction,
+            "input": self.source,
+            "output": self.target,
+            "written": not self.stopped,
+            "rows": self.rows,
+            "rows_converted": self.statuses.get("converted", 0),
+            "rows_kept_inline": self.statuses.get("kept_inline", 0),
+            "rows_unchanged": self.statuses.get("unchanged", 0),
+            "rows_with_errors": self.errors.rows,
+            "clips": self.clips,
+            "files_written": self.files_written,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "ratio": round(self.ratio, 6),
+            "seconds": round(self.seconds, 3),
+            "errors": self.errors.to_json(),
+        }
+
+    def render(self) -> str:
+        data = self.to_json()
+        outcome = "written" if data["written"] else "NOT written (--strict stopped at an error)"
+        rows = [
+            ("output", f"{self.target} ({outcome})"),
+            ("rows", f"{self.rows:,}"),
+            ("converted", f"{data['rows_converted']:,}"),
+            ("kept inline", f"{data['rows_kept_inline']:,}"),
+            ("unchanged", f"{data['rows_unchanged']:,} (no audio to move, copied as they are)"),
+            ("rows with errors", f"{self.errors.rows:,} (copied unchanged)"),
+            ("clips", f"{self.clips:,}"),
+            ("files written", f"{self.files_written:,}"),
+            ("bytes in / out", f"{human_bytes(self.bytes_in)} / {human_bytes(self.bytes_out)}"),
+            ("ratio", f"{self.ratio:.4g} (OUT / IN)"),
+            ("time", f"{self.seconds:.1f} s"),
+        ]
+        title = f"audio-gateway convert --{self.direction}: {self.source} -> {self.target}"
+        return render_table(title, rows, self.errors)
