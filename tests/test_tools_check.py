@@ -114,7 +114,9 @@ def test_every_server_error_is_found_on_its_line(bad_audio: Path, tmp_path: Path
             assert not example["path"] or repr(example["path"]) in example["message"]
 
 
-def test_relative_paths_without_a_root_are_audio_root_unset(audio_dir: Path, tmp_path: Path) -> None:
+def test_relative_paths_without_a_root_are_audio_root_unset(
+    audio_dir: Path, tmp_path: Path
+) -> None:
     rows = [chat({"audio_path": str(audio_dir / "a.wav")}), chat({"audio_path": "a.wav"})]
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
     config = tmp_path / "roots.toml"
