@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pybase64
 
@@ -23,11 +24,18 @@ from ..durations import HEADER_BYTES, AudioHeader, check_duration, read_header
 from ..encoder import open_checked_file
 from ..errors import GatewayError
 from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
-from ..sidechannel import InlineAudio, PathAudio, base64_decoded_size, read_sidechannel
+from ..sidechannel import (
+    SIDECHANNEL_KEYS,
+    InlineAudio,
+    PathAudio,
+    base64_decoded_size,
+    read_sidechannel,
+)
 from .jsonl import Line
 from .rows import RowRequest, parse_row, request_too_large, route_shape, row_error
 from .summary import RowError
 
+_T = TypeVar("_T")
 ROWS_IN_FLIGHT_PER_JOB = 16  # enough rows queued that no worker waits on the parser
 HEAD_MEMO_ENTRIES = 65_536  # files whose first bytes are remembered (seeds repeat a clip)
 
@@ -67,6 +75,7 @@ class _Prepared:
     request: RowRequest | None = None
     done: CheckedRow | None = None
     refs: list[PathAudio] = field(default_factory=list)
+    input_audio_parts: bool = False  # the route's parts name a format (Responses, input_audio)
     inline: list[ClipFacts] = field(default_factory=list)
     later_error: GatewayError | None = None  # part format or splice: after the file checks
 
@@ -91,25 +100,28 @@ class RowChecker:
         try:
             self._prepare(prepared)
         except GatewayError as error:
-            has_audio = prepared.request is not None  # past the parse, every error is audio's
+            found = prepared.request
+            has_audio = found is not None and has_sidechannel(found.request)
             prepared.done = CheckedRow(line, has_audio, error=self._error(prepared, error))
         return prepared
 
-    def check_paths(self, refs: list[PathAudio], prefix: str) -> list[ClipFacts]:
-        """Blocking, on a worker thread: resolve every path, then open and sniff each file."""
-        resolved = []
-        for ref in refs:
-            try:
-                resolved.append(self.policy.resolve(ref))
-            except GatewayError as error:
-                raise _PathFailure(ref, error) from None
-        facts = []
-        for clip in resolved:
-            try:
-                facts.append(self._file_facts(clip, prefix))
-            except GatewayError as error:
-                raise _PathFailure(clip.ref, error) from None
-        return facts
+    def check_paths(self, prepared: _Prepared) -> list[ClipFacts]:
+        """Blocking, on a worker thread: resolve every path, then open and sniff each file,
+        then name each part's format (the server's order: the first failure is the row's)."""
+        resolved = [self._failing_as(ref, self.policy.resolve, ref) for ref in prepared.refs]
+        prefix = prepared.request.prefix if prepared.request is not None else ""
+        facts = [self._failing_as(clip.ref, self._file_facts, clip, prefix) for clip in resolved]
+        if prepared.input_audio_parts and self.config.splice.mode == "data_uri":
+            for clip, (_, mime) in zip(resolved, facts, strict=True):
+                self._failing_as(clip.ref, input_audio_format, mime, clip.ref.param)
+        return [clip for clip, _ in facts]
+
+    @staticmethod
+    def _failing_as(ref: PathAudio, check: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return check(*args)
+        except GatewayError as error:
+            raise _PathFailure(ref, error) from None
 
     def finish(self, prepared: _Prepared, paths: Future[list[ClipFacts]] | None) -> CheckedRow:
         """The row's result once its file checks (if any) are done."""
@@ -131,16 +143,17 @@ class RowChecker:
     def _prepare(self, prepared: _Prepared) -> None:
         line = prepared.line
         prepared.request = found = parse_row(line.data)
-        audio = self.config.audio
-        sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
-        if sidechannel is None:
-            prepared.done = CheckedRow(line, False)
-            return
         if len(line.data) > self.config.server.max_body_bytes:
             size = len(found.encoded_request(line.data))
             too_large = request_too_large(size, self.config.server.max_body_bytes)
             if too_large is not None:
                 raise too_large
+        audio = self.config.audio
+        sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
+        if sidechannel is None:
+            prepared.done = CheckedRow(line, False)
+            return
+        prepared.input_audio_parts = route_shape(found.route, self.config.splice).input_audio_parts
         for clip in sidechannel.clips:
             if isinstance(clip, PathAudio):
                 prepared.refs.append(clip)
@@ -157,7 +170,7 @@ class RowChecker:
             header,
             self.config.audio.max_duration_seconds,
             label=clip.param,
-            given="audio_data",
+            given="(inline data URI)",
             param=clip.param,
         )
         seconds = None if header is None else header.seconds
@@ -178,7 +191,7 @@ class RowChecker:
             return error
         return None
 
-    def _file_facts(self, clip: ResolvedClip, prefix: str) -> ClipFacts:
+    def _file_facts(self, clip: ResolvedClip, prefix: str) -> tuple[ClipFacts, str]:
         head = self._heads.get(clip.cache_key)
         if head is None:
             head = _read_head(clip)
@@ -186,7 +199,7 @@ class RowChecker:
                 self._heads.clear()
             self._heads[clip.cache_key] = head
         ref = clip.ref
-        checked_mime(
+        mime = checked_mime(
             head.sniff, ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
         )
         check_duration(
@@ -197,10 +210,16 @@ class RowChecker:
             param=ref.param,
         )
         seconds = None if head.header is None else head.header.seconds
-        return ClipFacts(prefix + ref.label, ref.given, clip.real_path, clip.size, seconds)
+        facts = ClipFacts(prefix + ref.label, ref.given, clip.real_path, clip.size, seconds)
+        return facts, mime
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
         return row_error(prepared.line, prepared.request, error, path)
+
+
+def has_sidechannel(request: dict[str, Any]) -> bool:
+    metadata = request.get("metadata")
+    return isinstance(metadata, dict) and any(key in metadata for key in SIDECHANNEL_KEYS)
 
 
 def _read_head(clip: ResolvedClip) -> _Head:
@@ -224,8 +243,7 @@ def check_rows(lines: Iterable[Line], checker: RowChecker, jobs: int) -> Iterabl
             prepared = checker.prepare(line)
             future = None
             if prepared.done is None and prepared.refs:
-                prefix = prepared.request.prefix if prepared.request else ""
-                future = pool.submit(checker.check_paths, prepared.refs, prefix)
+                future = pool.submit(checker.check_paths, prepared)
             window.append((prepared, future))
             if len(window) >= jobs * ROWS_IN_FLIGHT_PER_JOB:
                 yield checker.finish(*window.popleft())

@@ -32,6 +32,7 @@ from .progress import Progress
 from .rows import NEMO_GYM_KEY, RowRequest, parse_row, route_shape, row_error
 from .summary import ConvertSummary, RowError
 
+TOOLS_CACHE_BYTES = 128 * 1024**2  # seeds of a clip sit on nearby rows: a small cache serves them
 UNCHANGED, CONVERTED, KEPT_INLINE, FAILED = "unchanged", "converted", "kept_inline", "error"
 
 
@@ -74,8 +75,12 @@ async def convert_file(
     started = time.perf_counter()
     with AtomicFile(target) as out, Progress(os.path.getsize(source), "convert") as progress:
         for line in read_lines(source):
-            outcome = await converter.convert(line, out.handle)
             progress.advance(len(line.data))
+            if line.blank:  # not a row: kept as it is, as check skips it
+                out.handle.write(line.data)
+                summary.bytes_in += len(line.data)
+                continue
+            outcome = await converter.convert(line, out.handle)
             summary.add(outcome.status, outcome.clips, outcome.error, len(line.data))
             if strict and outcome.error is not None:
                 summary.stopped = True
@@ -99,9 +104,6 @@ class RowConverter:
         self.files_written = 0
 
     async def convert(self, line: Line, out: IO[bytes]) -> RowOutcome:
-        if line.blank:
-            out.write(line.data)
-            return RowOutcome(UNCHANGED)
         found: RowRequest | None = None
         start = out.tell()
         try:
@@ -168,11 +170,13 @@ class Extractor(RowConverter):
             return RowOutcome(UNCHANGED)
         expected = await self._expected(raw, found, sidechannel is not None)
         staged = self._stage(inline)
-        converted = (
-            None if staged is None else await self._verified(found, inline, staged, expected)
-        )
-        for clip in staged or []:
-            (self.clip_dir.commit if converted is not None else self.clip_dir.discard)(clip)
+        converted = None
+        try:
+            if staged is not None:
+                converted = await self._verified(found, inline, staged, expected)
+        finally:  # an interrupt leaves no staged clip behind either
+            for clip in staged or []:
+                (self.clip_dir.commit if converted is not None else self.clip_dir.discard)(clip)
         self.files_written = self.clip_dir.files_written
         if converted is None:
             out.write(line.data)
@@ -220,8 +224,11 @@ async def _pipeline(config: Config) -> RewritePipeline:
 
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
     splice = config.splice
+    cache = config.cache.model_copy(
+        update={"max_bytes": min(config.cache.max_bytes, TOOLS_CACHE_BYTES)}
+    )
     store = AudioStore(
-        config.cache,
+        cache,
         GatewayMetrics(),
         encode=splice.mode == "data_uri",
         digest=splice.part_uuid,

@@ -61,9 +61,12 @@ class AtomicFile:
 
     def __init__(self, target: str | Path) -> None:
         self.target = Path(target)
-        fd, temporary = tempfile.mkstemp(
-            dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".partial"
-        )
+        try:
+            fd, temporary = tempfile.mkstemp(
+                dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".partial"
+            )
+        except OSError as exc:
+            raise UsageError(f"{target}: cannot write next to it ({exc.strerror})") from exc
         self.temporary = Path(temporary)
         self.handle: IO[bytes] = os.fdopen(fd, "wb")
         self._committed = False
