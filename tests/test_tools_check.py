@@ -3,6 +3,7 @@ server's code; a clean file passes; the summary's figures; exit status 0 / 1 / 2
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.samples import write_tone
+from gateway.tools import jobs, progress
 
 from .tools_helpers import data_uri, run_json, run_tool, write_jsonl
 
@@ -50,29 +52,50 @@ def bad_audio(audio_dir: Path, tmp_path: Path) -> Path:
     return audio_dir
 
 
+P, PS, D = "metadata.audio_path", "metadata.audio_paths", "metadata.audio_data"
+NEMO_P = "responses_create_params.metadata.audio_path"
+AAC = "data:audio/aac;base64,QUJD"
+
+
+def path(given: Any) -> dict[str, Any]:
+    return chat({"audio_path": given})
+
+
+def paths(*given: str) -> dict[str, Any]:
+    return chat({"audio_paths": list(given)})
+
+
+def responses(metadata: dict[str, Any], items: Any = "Q") -> dict[str, Any]:
+    return {"model": "m", "input": items, "metadata": metadata}
+
+
 # (code, the row that must get it, the key, the path as written)
 BAD_ROWS: list[tuple[str, Any, str | None, str | None]] = [
     ("invalid_json", '{"messages": [', None, None),
     ("invalid_json", "[1, 2]", None, None),
-    ("conflicting_audio_keys", chat({"audio_path": "a.wav", "audio_data": "x"}), "metadata.audio_data", None),
-    ("empty_audio_reference", chat({"audio_path": ""}), "metadata.audio_path", ""),
-    ("empty_audio_reference", chat({"audio_paths": []}), "metadata.audio_paths", None),
-    ("invalid_audio_reference", chat({"audio_path": 5}), "metadata.audio_path", None),
-    ("invalid_audio_reference", chat({"audio_data": "data:text/plain;base64,QUJD"}), "metadata.audio_data", None),
-    ("invalid_audio_reference", chat({"audio_paths": "not json"}), "metadata.audio_paths", None),
-    ("too_many_clips", chat({"audio_paths": ["a.wav", "b.wav", "c.wav"]}), "metadata.audio_paths", None),
-    ("unsupported_audio_format", chat({"audio_paths": ["a.wav", "x.aac"]}), "metadata.audio_paths", "x.aac"),
-    ("not_a_regular_file", chat({"audio_path": "folder.wav"}), "metadata.audio_path", "folder.wav"),
-    ("not_audio", chat({"audio_path": "notaudio.wav"}), "metadata.audio_path", "notaudio.wav"),
-    ("audio_path_forbidden", chat({"audio_path": "../outside.wav"}), "metadata.audio_path", "../outside.wav"),
-    ("audio_not_found", chat({"audio_paths": ["a.wav", "missing.wav"]}), "metadata.audio_paths", "missing.wav"),
-    ("audio_not_found", nemo_gym({"audio_path": "gone.wav"}), "responses_create_params.metadata.audio_path", "gone.wav"),
-    ("audio_too_large", chat({"audio_path": "big.wav"}), "metadata.audio_path", "big.wav"),
-    ("audio_too_long", chat({"audio_path": "long.wav"}), "metadata.audio_path", "long.wav"),
-    ("invalid_messages", {"model": "m", "messages": "hi", "metadata": {"audio_path": "a.wav"}}, "messages", None),
-    ("invalid_input", {"model": "m", "input": 5, "metadata": {"audio_path": "a.wav"}}, "input", None),
-    ("invalid_content", chat({"audio_path": "a.wav"}, messages=[{"role": "user", "content": 5}]), "messages", None),
+    ("conflicting_audio_keys", chat({"audio_path": "a.wav", "audio_data": "x"}), D, None),
+    ("empty_audio_reference", path(""), P, ""),
+    ("empty_audio_reference", paths(), PS, None),
+    ("invalid_audio_reference", path(5), P, None),
+    ("invalid_audio_reference", chat({"audio_data": "data:text/plain;base64,QUJD"}), D, None),
+    ("invalid_audio_reference", chat({"audio_paths": "not json"}), PS, None),
+    ("too_many_clips", paths("a.wav", "b.wav", "c.wav"), PS, None),
+    ("unsupported_audio_format", paths("a.wav", "x.aac"), PS, "x.aac"),
+    ("unsupported_audio_format", responses({"audio_data": AAC}), D, None),
+    ("not_a_regular_file", path("folder.wav"), P, "folder.wav"),
+    ("not_audio", path("notaudio.wav"), P, "notaudio.wav"),
+    ("audio_path_forbidden", path("../outside.wav"), P, "../outside.wav"),
+    ("audio_not_found", paths("a.wav", "missing.wav"), PS, "missing.wav"),
+    ("audio_not_found", nemo_gym({"audio_path": "gone.wav"}), NEMO_P, "gone.wav"),
+    ("audio_too_large", path("big.wav"), P, "big.wav"),
+    ("audio_too_long", path("long.wav"), P, "long.wav"),
+    ("invalid_messages", {"model": "m", "messages": "hi", "metadata": {"audio_path": "a.wav"}},
+     "messages", None),
+    ("invalid_input", responses({"audio_path": "a.wav"}, items=5), "input", None),
+    ("invalid_content", chat({"audio_path": "a.wav"}, messages=[{"role": "user", "content": 5}]),
+     "messages", None),
     ("request_too_large", chat({"audio_path": "a.wav"}, user="x" * 5000), None, None),
+    ("request_too_large", chat(user="x" * 5000), None, None),
 ]  # fmt: skip
 
 GOOD_ROWS = [
@@ -215,3 +238,72 @@ def test_the_installed_command_exits_with_the_status(audio_dir: Path, tmp_path: 
         for path in (good, bad, tmp_path / "absent.jsonl")
     ]
     assert statuses == [0, 1, 2]
+
+
+async def test_check_and_the_server_give_each_bad_row_the_same_code(
+    make_gateway: Any, stub: Any, bad_audio: Path
+) -> None:
+    """One code path: each bad row, sent to a gateway with the same config, gets the code
+    and `param` check reported (audio_too_long is left out: the server learns it on the
+    branch that wires the duration check into the pipeline)."""
+    gateway = await make_gateway(
+        server={"max_body_bytes": 4096},
+        audio={"max_clips": 2, "max_file_bytes": 200000, "max_duration_seconds": 2.0},
+    )
+    for code, row, key, _ in BAD_ROWS:
+        if code == "audio_too_long":
+            continue
+        request = row.get("responses_create_params", row) if isinstance(row, dict) else row
+        raw = request if isinstance(request, str) else json.dumps(request)
+        route = (
+            "/v1/responses"
+            if '"input"' in raw and '"messages"' not in raw
+            else "/v1/chat/completions"
+        )
+        response = await gateway.post(route, data=raw, headers={"Content-Type": "application/json"})
+        error = (await response.json())["error"]
+        assert (error["code"], error["param"]) == (
+            code,
+            key and key.split("responses_create_params.")[-1],
+        ), raw[:80]
+    assert not stub.audio_requests
+
+
+def test_a_13_mb_inline_row_is_checked(audio_dir: Path, tmp_path: Path) -> None:
+    clip = write_tone(tmp_path / "long.wav", 300.0)  # 9.6 MB of WAV: a 12.8 MB row
+    data = write_jsonl(tmp_path / "big.jsonl", [chat({"audio_data": data_uri(clip.read_bytes())})])
+    assert data.stat().st_size > 12_000_000
+    code, summary = run_json("check", str(data))
+    assert code == 0, summary["errors"]
+    assert summary["inline_clips"] == 1 and summary["audio_bytes"] == clip.stat().st_size
+    assert summary["audio_seconds"] == pytest.approx(300.0)
+
+
+def test_the_progress_bar_shows_rows_per_second_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "POSTFIX_EVERY_SECONDS", 0.0)
+    with progress.Progress(300, "check", enabled=True) as bar:
+        for _ in range(3):
+            bar.advance(100)
+    err = capsys.readouterr().err
+    assert "check: 100%" in err and "3 rows" in err and "rows/s" in err
+    with progress.Progress(300, "check") as quiet:  # stderr is no terminal under pytest
+        quiet.advance(300)
+    assert capsys.readouterr().err == ""
+
+
+def test_network_file_systems_get_more_jobs() -> None:
+    mounts = [
+        ("/", "ext4"),
+        ("/mnt/data", "nfs4"),
+        ("/mnt/data/local", "xfs"),
+        ("/s3", "fuse.s3fs"),
+    ]
+    assert jobs.filesystem_type("/mnt/data/audio/a.wav", mounts) == "nfs4"
+    assert jobs.filesystem_type("/mnt/data/local/a.wav", mounts) == "xfs"
+    assert jobs.filesystem_type("/mnt/database", mounts) == "ext4"
+    assert [jobs.is_network_filesystem(k) for k in ("nfs4", "xfs", "fuse.s3fs", "lustre")] == [
+        True, False, True, True,
+    ]  # fmt: skip
+    assert jobs.default_jobs([]) == jobs.LOCAL_JOBS

@@ -160,8 +160,8 @@ async def test_served_from_the_clip_directory_the_stub_gets_the_same_body(
     originals: list[dict[str, Any]] = [
         {"model": "m", "messages": [{"role": "user", "content": "Q"}],
          "metadata": {"audio_data": data_uri(a), "seed": "1"}},
-        {"model": "m", "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [
-            audio_url_part(a), audio_url_part(b), {"type": "text", "text": "Q"}]}]},
+        {"model": "m", "messages": [{"role": "system", "content": "S"}, {"role": "user",
+            "content": [audio_url_part(a), audio_url_part(b), {"type": "text", "text": "Q"}]}]},
         {"model": "m", "input": [{"role": "user", "content": [
             input_audio_part(b), {"type": "input_text", "text": "Q"}]}],
          "metadata": {"audio_url": data_uri(a)}},

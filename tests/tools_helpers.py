@@ -40,7 +40,7 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
 
 
 def data_uri(data: bytes, mime: str = "audio/wav") -> str:
