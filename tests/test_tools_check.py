@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -283,12 +284,12 @@ def test_the_progress_bar_shows_rows_per_second_on_a_terminal(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(progress, "POSTFIX_EVERY_SECONDS", 0.0)
-    with progress.Progress(300, "check", enabled=True) as bar:
+    with closing(progress.Progress(300, "check", enabled=True)) as bar:
         for _ in range(3):
             bar.advance(100)
     err = capsys.readouterr().err
     assert "check: 100%" in err and "3 rows" in err and "rows/s" in err
-    with progress.Progress(300, "check") as quiet:  # stderr is no terminal under pytest
+    with closing(progress.Progress(300, "check")) as quiet:  # stderr is no terminal under pytest
         quiet.advance(300)
     assert capsys.readouterr().err == ""
 

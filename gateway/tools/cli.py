@@ -11,20 +11,19 @@ import asyncio
 import os
 import sys
 import time
+from contextlib import closing
 from typing import Any
 
-import msgspec
 from pydantic import ValidationError
 
 from ..audio import PathPolicy
 from ..config import Config, ConfigError, describe_validation_error, load_config
 from .check import RowChecker, check_rows
 from .jobs import default_jobs
-from .jsonl import UsageError, check_output_target, existing_inputs, read_lines
+from .jsonl import UsageError, existing_inputs, read_lines
 from .progress import Progress
-from .summary import CheckSummary
+from .summary import EXIT_CLEAN, EXIT_ROW_ERRORS, EXIT_USAGE, CheckSummary, print_summary
 
-EXIT_CLEAN, EXIT_ROW_ERRORS, EXIT_USAGE = 0, 1, 2
 COMMANDS = ("check", "convert")
 
 
@@ -99,7 +98,7 @@ def run_check(args: argparse.Namespace) -> int:
     summary = CheckSummary(files)
     started = time.perf_counter()
     total = sum(os.path.getsize(path) for path in files)
-    with Progress(total, "check") as progress:
+    with closing(Progress(total, "check")) as progress:
         for path in files:
             for row in check_rows(read_lines(path), checker, jobs):
                 progress.advance(len(row.line.data))
@@ -107,14 +106,3 @@ def run_check(args: argparse.Namespace) -> int:
     summary.seconds = time.perf_counter() - started
     print_summary(summary.to_json() if args.json else summary.render())
     return EXIT_ROW_ERRORS if summary.errors.rows else EXIT_CLEAN
-
-
-def print_summary(summary: dict[str, Any] | str) -> None:
-    if isinstance(summary, str):
-        print(summary)
-    else:
-        sys.stdout.write(msgspec.json.encode(summary).decode() + "\n")
-    sys.stdout.flush()
-
-
-__all__ = ["COMMANDS", "add_commands", "check_output_target", "run_command"]

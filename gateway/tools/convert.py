@@ -10,8 +10,11 @@ temporary file next to OUT, renamed over OUT at the end.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -30,7 +33,7 @@ from .inline import InlineAudioFound, KeepInline, find_inline_audio, with_paths
 from .jsonl import AtomicFile, Line, UsageError, check_output_target, existing_inputs, read_lines
 from .progress import Progress
 from .rows import NEMO_GYM_KEY, RowRequest, parse_row, route_shape, row_error
-from .summary import ConvertSummary, RowError
+from .summary import EXIT_CLEAN, EXIT_ROW_ERRORS, ConvertSummary, RowError, print_summary
 
 TOOLS_CACHE_BYTES = 128 * 1024**2  # seeds of a clip sit on nearby rows: a small cache serves them
 UNCHANGED, CONVERTED, KEPT_INLINE, FAILED = "unchanged", "converted", "kept_inline", "error"
@@ -60,8 +63,6 @@ async def run_convert(args: argparse.Namespace, config: Config) -> int:
         summary = await convert_file(source, args.output, converter, strict=args.strict)
     finally:
         pipeline.resolver.close()
-    from .cli import EXIT_CLEAN, EXIT_ROW_ERRORS, print_summary
-
     print_summary(summary.to_json() if args.json else summary.render())
     return EXIT_ROW_ERRORS if summary.errors.rows else EXIT_CLEAN
 
@@ -73,7 +74,10 @@ async def convert_file(
     first row error and leave `target` untouched."""
     summary = ConvertSummary(converter.direction, source, target)
     started = time.perf_counter()
-    with AtomicFile(target) as out, Progress(os.path.getsize(source), "convert") as progress:
+    with (
+        AtomicFile(target) as out,
+        closing(Progress(os.path.getsize(source), "convert")) as progress,
+    ):
         for line in read_lines(source):
             progress.advance(len(line.data))
             if line.blank:  # not a row: kept as it is, as check skips it
@@ -140,7 +144,8 @@ class Inliner(RowConverter):
         try:
             prefix, suffix = _around_request(found)
             out.write(prefix)
-            await _write_body(body, out)
+            async for piece in _pieces(body):  # a big clip never sits in memory whole
+                out.write(piece)
             out.write(suffix + b"\n")
         finally:
             await body.aclose()
@@ -220,8 +225,6 @@ class Extractor(RowConverter):
 
 
 async def _pipeline(config: Config) -> RewritePipeline:
-    import asyncio
-
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
     splice = config.splice
     cache = config.cache.model_copy(
@@ -246,26 +249,20 @@ def _make_clip_dir(path: str) -> None:
 async def _joined(body: bytes | SegmentedPayload) -> bytes:
     if isinstance(body, bytes):
         return body
-    pieces: list[bytes] = []
     try:
-        for segment in body.segments:
-            if isinstance(segment, bytes):
-                pieces.append(segment)
-            else:
-                pieces.extend([chunk async for chunk in segment.chunks()])
+        return b"".join([piece async for piece in _pieces(body)])
     finally:
         await body.aclose()
-    return b"".join(pieces)
 
 
-async def _write_body(body: SegmentedPayload, out: IO[bytes]) -> None:
-    """Write the body segment by segment: a streamed clip never sits in memory whole."""
+async def _pieces(body: SegmentedPayload) -> AsyncIterator[bytes]:
+    """The body's bytes in order; a streamed clip is read and encoded chunk by chunk."""
     for segment in body.segments:
         if isinstance(segment, bytes):
-            out.write(segment)
+            yield segment
         else:
             async for chunk in segment.chunks():
-                out.write(chunk)
+                yield chunk
 
 
 def _around_request(found: RowRequest) -> tuple[bytes, bytes]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from types import TracebackType
 
 from tqdm import tqdm
 
@@ -43,15 +42,5 @@ class Progress:
             self._bar.set_postfix_str(f"{self.rows:,} rows, {rate:,.0f} rows/s", refresh=False)
 
     def close(self) -> None:
+        """Finish the bar (use with `contextlib.closing`)."""
         self._bar.close()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

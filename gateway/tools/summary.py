@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:
     from .check import CheckedRow, ClipFacts
 
 EXAMPLES_PER_CODE = 5
+EXIT_CLEAN, EXIT_ROW_ERRORS, EXIT_USAGE = 0, 1, 2  # no row error / some / a usage error
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,15 @@ class ErrorGroups:
                 where = f"{example['file']}:{example['line']}"
                 lines.append(f"    {where}  {example['message']}")
         return lines
+
+
+def print_summary(summary: dict[str, Any] | str) -> None:
+    """The table, or the JSON object on one line, on stdout."""
+    if isinstance(summary, str):
+        print(summary)
+    else:
+        sys.stdout.write(msgspec.json.encode(summary).decode() + "\n")
+    sys.stdout.flush()
 
 
 def render_table(title: str, rows: list[tuple[str, str]], errors: ErrorGroups) -> str:
