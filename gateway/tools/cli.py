@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from ..audio import PathPolicy
 from ..config import Config, ConfigError, describe_validation_error, load_config
 from .check import RowChecker, check_rows
+from .convert import run_convert
 from .jobs import default_jobs
 from .jsonl import UsageError, existing_inputs, read_lines
 from .progress import Progress
@@ -67,8 +68,6 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         if args.command == "check":
             return run_check(args)
-        from .convert import run_convert
-
         return asyncio.run(run_convert(args, tools_config(args)))
     except (UsageError, ConfigError) as exc:
         print(f"audio-gateway {args.command}: {exc}", file=sys.stderr)

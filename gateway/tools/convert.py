@@ -4,7 +4,8 @@ Both run the gateway's own `RewritePipeline` on each row's request, so what they
 drift from what `serve` sends: `--inline` writes the pipeline's upstream body; `--extract-to`
 converts a row only when the pipeline, serving the converted row from the clip directory,
 produces the same upstream body as for the original row. Rows stream one at a time into a
-temporary file next to OUT, renamed over OUT at the end.
+temporary file next to OUT, renamed over OUT at the end. The event loop here drives one row
+at a time and serves no one else, so the plain file writes on it delay nothing.
 """
 
 from __future__ import annotations
