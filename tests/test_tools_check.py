@@ -3,18 +3,24 @@ server's code; a clean file passes; the summary's figures; exit status 0 / 1 / 2
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.audio import PathPolicy
+from gateway.config import Config
 from gateway.samples import write_tone
 from gateway.tools import jobs, progress
+from gateway.tools.check import ROWS_IN_FLIGHT_PER_JOB, RowChecker, check_rows
+from gateway.tools.jsonl import Line
 
 from .tools_helpers import data_uri, run_json, run_tool, write_jsonl
 
@@ -308,3 +314,25 @@ def test_network_file_systems_get_more_jobs() -> None:
         True, False, True, True,
     ]  # fmt: skip
     assert jobs.default_jobs([]) == jobs.LOCAL_JOBS
+
+
+def test_rows_are_streamed_not_read_ahead(audio_dir: Path) -> None:
+    """An endless input still yields results: only a bounded window of rows is held."""
+    consumed = 0
+
+    def endless() -> Iterator[Line]:
+        nonlocal consumed
+        for number in itertools.count(1):
+            consumed += 1
+            yield Line("endless.jsonl", number, json.dumps(path("a.wav")).encode() + b"\n")
+
+    config = Config.model_validate({"audio": {"root": str(audio_dir)}})
+    checker = RowChecker(config, PathPolicy.from_config(config.audio))
+    results = check_rows(endless(), checker, jobs=2)
+    try:
+        first = [next(results) for _ in range(3)]
+    finally:
+        results.close()
+    assert [row.line.number for row in first] == [1, 2, 3]
+    assert all(row.error is None and row.clips for row in first)
+    assert consumed <= 2 * ROWS_IN_FLIGHT_PER_JOB + 3

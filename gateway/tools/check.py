@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -232,7 +232,9 @@ def _read_head(clip: ResolvedClip) -> _Head:
     return _Head(head[:SNIFF_BYTES], read_header(head, clip.size))
 
 
-def check_rows(lines: Iterable[Line], checker: RowChecker, jobs: int) -> Iterable[CheckedRow]:
+def check_rows(
+    lines: Iterable[Line], checker: RowChecker, jobs: int
+) -> Generator[CheckedRow, None, None]:
     """Every non-blank line checked, in order; at most `jobs * ROWS_IN_FLIGHT_PER_JOB` rows
     are held at once, so memory stays flat whatever the file size."""
     window: deque[tuple[_Prepared, Future[list[ClipFacts]] | None]] = deque()
