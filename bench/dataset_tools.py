@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         f"| `convert --extract-to`, {convert['rows']:,} inline NeMo Gym rows "
         f"| {convert['bytes_in'] / 1e6:,.1f} MB -> {convert['bytes_out'] / 1e6:,.2f} MB "
         f"({convert['bytes_in'] / convert['bytes_out']:,.0f}x smaller), "
-        f"{convert['files_written']:,} files, {convert_s:.1f} s |"
+        f"{convert['files_written']:,} clip files ({convert['clip_bytes_written'] / 1e6:,.1f} MB) "
+        f"written once each, {convert_s:.1f} s |"
     )
 
 

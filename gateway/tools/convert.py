@@ -94,7 +94,7 @@ async def convert_file(
         if not summary.stopped:
             out.commit()
     summary.seconds = time.perf_counter() - started
-    summary.files_written = converter.files_written
+    summary.files_written, summary.clip_bytes_written = converter.files_written
     return summary
 
 
@@ -106,7 +106,11 @@ class RowConverter:
     def __init__(self, config: Config, pipeline: RewritePipeline) -> None:
         self.config = config
         self.pipeline = pipeline
-        self.files_written = 0
+
+    @property
+    def files_written(self) -> tuple[int, int]:
+        """Clip files this run created, and their bytes."""
+        return 0, 0
 
     async def convert(self, line: Line, out: IO[bytes]) -> RowOutcome:
         found: RowRequest | None = None
@@ -162,6 +166,10 @@ class Extractor(RowConverter):
         super().__init__(config, pipeline)
         self.clip_dir = clips
 
+    @property
+    def files_written(self) -> tuple[int, int]:
+        return self.clip_dir.files_written, self.clip_dir.bytes_written
+
     async def convert_row(self, line: Line, found: RowRequest, out: IO[bytes]) -> RowOutcome:
         audio = self.config.audio
         raw = found.encoded_request(line.data)
@@ -183,7 +191,6 @@ class Extractor(RowConverter):
         finally:  # an interrupt leaves no staged clip behind either
             for clip in staged or []:
                 (self.clip_dir.commit if converted is not None else self.clip_dir.discard)(clip)
-        self.files_written = self.clip_dir.files_written
         if converted is None:
             out.write(line.data)
             return RowOutcome(KEPT_INLINE)

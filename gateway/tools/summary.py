@@ -191,6 +191,7 @@ class ConvertSummary:
     statuses: dict[str, int] = field(default_factory=dict)
     clips: int = 0
     files_written: int = 0
+    clip_bytes_written: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
@@ -224,6 +225,7 @@ class ConvertSummary:
             "rows_with_errors": self.errors.rows,
             "clips": self.clips,
             "files_written": self.files_written,
+            "clip_bytes_written": self.clip_bytes_written,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "ratio": round(self.ratio, 6),
@@ -242,7 +244,7 @@ class ConvertSummary:
             ("unchanged", f"{data['rows_unchanged']:,} (no audio to move, copied as they are)"),
             ("rows with errors", f"{self.errors.rows:,} (copied unchanged)"),
             ("clips", f"{self.clips:,}"),
-            ("files written", f"{self.files_written:,}"),
+            ("files written", f"{self.files_written:,} ({human_bytes(self.clip_bytes_written)})"),
             ("bytes in / out", f"{human_bytes(self.bytes_in)} / {human_bytes(self.bytes_out)}"),
             ("ratio", f"{self.ratio:.4g} (OUT / IN)"),
             ("time", f"{self.seconds:.1f} s"),
