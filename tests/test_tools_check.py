@@ -336,3 +336,17 @@ def test_rows_are_streamed_not_read_ahead(audio_dir: Path) -> None:
     assert [row.line.number for row in first] == [1, 2, 3]
     assert all(row.error is None and row.clips for row in first)
     assert consumed <= 2 * ROWS_IN_FLIGHT_PER_JOB + 3
+
+
+def test_the_body_limit_counts_the_row_without_its_line_end(
+    audio_dir: Path, tmp_path: Path
+) -> None:
+    body = json.dumps(path("a.wav"))
+    data = tmp_path / "rows.jsonl"
+    data.write_text(body + "\r\n")
+    for limit, expected in ((len(body), 0), (len(body) - 1, 1)):
+        config = tmp_path / "limit.toml"
+        config.write_text(f'[server]\nmax_body_bytes = {limit}\n[audio]\nroot = "{audio_dir}"\n')
+        code, summary = run_json("check", str(data), "--config", str(config))
+        assert code == expected, summary["errors"]
+        assert list(summary["errors"]) == ([] if expected == 0 else ["request_too_large"])

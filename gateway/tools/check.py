@@ -144,7 +144,7 @@ class RowChecker:
         line = prepared.line
         prepared.request = found = parse_row(line.data)
         if len(line.data) > self.config.server.max_body_bytes:
-            size = len(found.encoded_request(line.data))
+            size = len(found.encoded_request(line.data.rstrip(b"\r\n")))  # the body, sans EOL
             too_large = request_too_large(size, self.config.server.max_body_bytes)
             if too_large is not None:
                 raise too_large
