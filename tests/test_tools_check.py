@@ -22,6 +22,7 @@ from gateway.tools import jobs, progress
 from gateway.tools.check import ROWS_IN_FLIGHT_PER_JOB, RowChecker, check_rows
 from gateway.tools.jsonl import Line
 
+from .conftest import write_encoded_tone
 from .tools_helpers import data_uri, run_json, run_tool, write_jsonl
 
 CHECK_CONFIG = """
@@ -350,3 +351,15 @@ def test_the_body_limit_counts_the_row_without_its_line_end(
         code, summary = run_json("check", str(data), "--config", str(config))
         assert code == expected, summary["errors"]
         assert list(summary["errors"]) == ([] if expected == 0 else ["request_too_large"])
+
+
+def test_flac_lengths_are_read_and_ogg_counts_as_unknown(audio_dir: Path, tmp_path: Path) -> None:
+    write_encoded_tone(audio_dir / "d.flac", 1.5, 500.0, "FLAC")
+    write_encoded_tone(audio_dir / "e.ogg", 1.0, 500.0, "OGG")
+    rows = [path("d.flac"), path("e.ogg"), path("a.wav")]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    code, summary = run_json("check", str(data), "--audio-root", str(audio_dir))
+    assert code == 0, summary["errors"]
+    assert summary["audio_seconds"] == pytest.approx(1.75)
+    assert summary["clips_without_duration"] == 1
+    assert summary["longest_clip"]["path"] == "d.flac"

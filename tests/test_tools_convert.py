@@ -311,3 +311,27 @@ def test_output_is_never_the_input_nor_an_existing_file_without_force(tmp_path: 
     assert out.read_bytes() == source.read_bytes()
     assert run_tool("convert", str(tmp_path / "absent.jsonl"), str(out), "--inline")[0] == 2
     assert run_tool("convert", str(source), str(out))[0] == 2  # no direction given
+
+
+def test_extraction_follows_the_configured_chat_part(tmp_path: Path) -> None:
+    """With `splice.chat_part = "input_audio"` the gateway sends chat clips as input_audio
+    parts: those rows convert, and audio_url rows stay inline."""
+    a = CLIPS[1]
+    rows = [
+        {"model": "m", "messages": [{"role": "user", "content": [input_audio_part(a)]}]},
+        {"model": "m", "messages": [{"role": "user", "content": [audio_url_part(a)]}]},
+    ]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    config = tmp_path / "parts.toml"
+    config.write_text('[splice]\nchat_part = "input_audio"\n')
+    code, summary = run_json(
+        "convert", str(source), str(tmp_path / "out.jsonl"),
+        "--extract-to", str(tmp_path / "clips"), "--config", str(config),
+    )  # fmt: skip
+    assert code == 0
+    assert (summary["rows_converted"], summary["rows_kept_inline"]) == (1, 1)
+    converted, kept = read_jsonl(tmp_path / "out.jsonl")
+    digest = hashlib.sha256(a).hexdigest()
+    assert converted["metadata"] == {"audio_path": f"{digest[:2]}/{digest}.wav"}
+    assert converted["messages"][0]["content"] == []
+    assert kept == rows[1]
