@@ -1,4 +1,4 @@
-"""The `audio-gateway` command: argv -> config -> logging -> run (serve, demo)."""
+"""The `audio-gateway` command: argv -> config -> logging -> run (serve, demo, check, convert)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from pydantic import ValidationError
 
 from .app import create_app
 from .config import Config, ConfigError, describe_validation_error, load_config
+from .tools.cli import COMMANDS as TOOL_COMMANDS
+from .tools.cli import add_commands as add_tool_commands
+from .tools.cli import run_command as run_tool_command
 from .tuning import reexec_with_malloc_tuning, tune_garbage_collector
 
 log = logging.getLogger("gateway")
@@ -41,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-running", action="store_true", help="leave both servers up for trying curl by hand"
     )
     demo.add_argument("--log-level", default="WARNING")
+    add_tool_commands(commands)
     return parser
 
 
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
         from .demo import run_demo
 
         sys.exit(asyncio.run(run_demo(port=args.port, keep_running=args.keep_running)))
+    if args.command in TOOL_COMMANDS:
+        sys.exit(run_tool_command(args))
     try:
         config = serve_config(args)
     except ConfigError as exc:

@@ -61,6 +61,11 @@ class SegmentedPayload:
         self._segments = segments
         self.size = sum(len(s) if isinstance(s, bytes) else s.nbytes for s in segments)
 
+    @property
+    def segments(self) -> list[Segment]:
+        """The body in order (the dataset tools write it to a file instead of a socket)."""
+        return self._segments
+
     def streamed(self) -> Iterator[StreamedAudio]:
         return (s for s in self._segments if isinstance(s, StreamedAudio))
 

@@ -19,8 +19,8 @@ import aiofiles
 import pybase64
 
 from .audio import ResolvedClip
-from .errors import AudioFileChanged, AudioNotFound, InvalidRequest
-from .formats import SNIFF_BYTES, SUPPORTED_EXTENSIONS, sniff_mime
+from .errors import AudioFileChanged, AudioNotFound
+from .formats import SNIFF_BYTES, checked_mime
 
 READ_CHUNK_BYTES = 3 * 1024 * 1024  # multiple of 3: base64 pieces concatenate without padding
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC  # never block on a FIFO
@@ -203,15 +203,11 @@ def _checked_opener(clip: ResolvedClip) -> Callable[[str, int], int]:
 
 
 def _checked_mime(clip: ResolvedClip, head: memoryview) -> str:
-    mime = sniff_mime(bytes(head[:SNIFF_BYTES]), clip.ref.claimed_mime)
-    if mime is None:
-        raise InvalidRequest(
-            f"{clip.ref.label}: {clip.ref.given!r} is not an audio file (no {SUPPORTED_EXTENSIONS} "
-            "container signature in its first bytes)",
-            param=clip.ref.param,
-            code="not_audio",
-        )
-    return mime
+    ref = clip.ref
+    head_bytes = bytes(head[:SNIFF_BYTES])
+    return checked_mime(
+        head_bytes, ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
+    )
 
 
 def _changed(clip: ResolvedClip) -> AudioFileChanged:
@@ -220,3 +216,9 @@ def _changed(clip: ResolvedClip) -> AudioFileChanged:
         param=clip.ref.param,
         code="audio_file_changed",
     )
+
+
+def open_checked_file(clip: ResolvedClip) -> int:
+    """Blocking: a read-only descriptor of exactly the file the checks saw (the dataset tools
+    open files as the server does); raises the server's errors otherwise."""
+    return _checked_opener(clip)(clip.real_path, os.O_RDONLY)

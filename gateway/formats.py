@@ -69,6 +69,20 @@ def sniff_mime(head: bytes, claimed_mime: str) -> str | None:
     return None
 
 
+def checked_mime(head: bytes, claimed_mime: str, *, label: str, given: str, param: str) -> str:
+    """The sniffed MIME type of a file whose first bytes are `head`; 400 `not_audio` when they
+    show no audio container (the server and the dataset tools share this verdict)."""
+    mime = sniff_mime(head[:SNIFF_BYTES], claimed_mime)
+    if mime is None:
+        raise InvalidRequest(
+            f"{label}: {given!r} is not an audio file (no {SUPPORTED_EXTENSIONS} "
+            "container signature in its first bytes)",
+            param=param,
+            code="not_audio",
+        )
+    return mime
+
+
 def input_audio_format(mime: str, param: str) -> str:
     """The `input_audio.format` name of a MIME type; 400 when there is none."""
     try:

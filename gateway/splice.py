@@ -44,14 +44,15 @@ def splice_responses(body: dict[str, Any], parts: list[Part]) -> None:
 def _into_last_user_message(
     items: list[Any], parts: list[Part], text_type: str, param: str
 ) -> None:
-    message = _last_user_message(items)
+    message = last_user_message(items)
     if message is None:
         items.append({"role": "user", "content": list(parts)})
         return
     message["content"] = _prepend(parts, message.get("content"), text_type, param)
 
 
-def _last_user_message(items: list[Any]) -> dict[str, Any] | None:
+def last_user_message(items: list[Any]) -> dict[str, Any] | None:
+    """The message the audio goes into (the dataset tools look for inline parts there)."""
     for item in reversed(items):
         if (
             isinstance(item, dict)

@@ -1,0 +1,253 @@
+"""`audio-gateway check`: every row held to the server's rules, with its clips' facts.
+
+A row is checked in the order the server works (`pipeline.RewritePipeline.rewrite`): the body,
+the sidechannel, the paths (all resolved, then all opened and sniffed), the part formats and
+the splice; the first error is the row's error, with the server's code. The file checks of many
+rows run at once on `jobs` worker threads while the main thread parses the next rows; results
+are taken in row order, so the first examples of each error are the first in the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Generator, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pybase64
+
+from ..audio import PathPolicy, ResolvedClip
+from ..config import Config
+from ..durations import HEADER_BYTES, AudioHeader, check_duration, read_header
+from ..encoder import open_checked_file
+from ..errors import GatewayError
+from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
+from ..sidechannel import (
+    SIDECHANNEL_KEYS,
+    InlineAudio,
+    PathAudio,
+    base64_decoded_size,
+    read_sidechannel,
+)
+from .jsonl import Line
+from .rows import RowRequest, parse_row, request_too_large, route_shape, row_error
+from .summary import RowError
+
+_T = TypeVar("_T")
+ROWS_IN_FLIGHT_PER_JOB = 16  # enough rows queued that no worker waits on the parser
+HEAD_MEMO_ENTRIES = 65_536  # files whose first bytes are remembered (seeds repeat a clip)
+
+
+@dataclass(frozen=True, slots=True)
+class ClipFacts:
+    """One clip that passed: where it is and what its header says."""
+
+    key: str  # the row-level key, e.g. "responses_create_params.metadata.audio_paths[1]"
+    path: str | None  # as written; None for inline audio
+    real_path: str | None
+    size: int
+    seconds: float | None  # None: the container does not state it (see durations.py)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRow:
+    line: Line
+    has_audio: bool
+    clips: tuple[ClipFacts, ...] = ()
+    error: RowError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """What a file's first bytes say: the sniffing bytes and the duration header."""
+
+    sniff: bytes
+    header: AudioHeader | None
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A row after the main thread's part: either done, or waiting on its file checks."""
+
+    line: Line
+    request: RowRequest | None = None
+    done: CheckedRow | None = None
+    refs: list[PathAudio] = field(default_factory=list)
+    input_audio_parts: bool = False  # the route's parts name a format (Responses, input_audio)
+    inline: list[ClipFacts] = field(default_factory=list)
+    later_error: GatewayError | None = None  # part format or splice: after the file checks
+
+
+class _PathFailure(Exception):
+    def __init__(self, ref: PathAudio, error: GatewayError) -> None:
+        self.ref = ref
+        self.error = error
+
+
+class RowChecker:
+    """Checks rows against one config, as `serve` with that config would."""
+
+    def __init__(self, config: Config, policy: PathPolicy) -> None:
+        self.config = config
+        self.policy = policy
+        self._heads: dict[tuple[str, int, int], _Head] = {}
+
+    def prepare(self, line: Line) -> _Prepared:
+        """The CPU part, on the calling thread: body, sidechannel, inline audio, splice."""
+        prepared = _Prepared(line)
+        try:
+            self._prepare(prepared)
+        except GatewayError as error:
+            found = prepared.request
+            has_audio = found is not None and has_sidechannel(found.request)
+            prepared.done = CheckedRow(line, has_audio, error=self._error(prepared, error))
+        return prepared
+
+    def check_paths(self, prepared: _Prepared) -> list[ClipFacts]:
+        """Blocking, on a worker thread: resolve every path, then open and sniff each file,
+        then name each part's format (the server's order: the first failure is the row's)."""
+        resolved = [self._failing_as(ref, self.policy.resolve, ref) for ref in prepared.refs]
+        prefix = prepared.request.prefix if prepared.request is not None else ""
+        facts = [self._failing_as(clip.ref, self._file_facts, clip, prefix) for clip in resolved]
+        if prepared.input_audio_parts and self.config.splice.mode == "data_uri":
+            for clip, (_, mime) in zip(resolved, facts, strict=True):
+                self._failing_as(clip.ref, input_audio_format, mime, clip.ref.param)
+        return [clip for clip, _ in facts]
+
+    @staticmethod
+    def _failing_as(ref: PathAudio, check: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return check(*args)
+        except GatewayError as error:
+            raise _PathFailure(ref, error) from None
+
+    def finish(self, prepared: _Prepared, paths: Future[list[ClipFacts]] | None) -> CheckedRow:
+        """The row's result once its file checks (if any) are done."""
+        if prepared.done is not None:
+            return prepared.done
+        clips = prepared.inline
+        if paths is not None:
+            try:
+                clips = paths.result()
+            except _PathFailure as failure:
+                error = self._error(prepared, failure.error, failure.ref.given)
+                return CheckedRow(prepared.line, True, error=error)
+        if prepared.later_error is not None:
+            return CheckedRow(
+                prepared.line, True, error=self._error(prepared, prepared.later_error)
+            )
+        return CheckedRow(prepared.line, True, clips=tuple(clips))
+
+    def _prepare(self, prepared: _Prepared) -> None:
+        line = prepared.line
+        prepared.request = found = parse_row(line.data)
+        if len(line.data) > self.config.server.max_body_bytes:
+            size = len(found.encoded_request(line.data.rstrip(b"\r\n")))  # the body, sans EOL
+            too_large = request_too_large(size, self.config.server.max_body_bytes)
+            if too_large is not None:
+                raise too_large
+        audio = self.config.audio
+        sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
+        if sidechannel is None:
+            prepared.done = CheckedRow(line, False)
+            return
+        prepared.input_audio_parts = route_shape(found.route, self.config.splice).input_audio_parts
+        for clip in sidechannel.clips:
+            if isinstance(clip, PathAudio):
+                prepared.refs.append(clip)
+            else:
+                prepared.inline.append(self._inline_facts(clip, found.prefix))
+        prepared.later_error = self._splice_error(found, sidechannel.clips)
+
+    def _inline_facts(self, clip: InlineAudio, prefix: str) -> ClipFacts:
+        start = clip.payload_start
+        size = base64_decoded_size(clip.uri, start)
+        head = pybase64.b64decode(clip.uri[start : start + HEADER_BYTES // 3 * 4])
+        header = read_header(head, size)
+        check_duration(
+            header,
+            self.config.audio.max_duration_seconds,
+            label=clip.param,
+            given="(inline data URI)",
+            param=clip.param,
+        )
+        seconds = None if header is None else header.seconds
+        return ClipFacts(prefix + clip.param, None, None, size, seconds)
+
+    def _splice_error(
+        self, found: RowRequest, clips: tuple[InlineAudio | PathAudio, ...]
+    ) -> GatewayError | None:
+        """What the server's part building and splice would say, with stand-in parts (the
+        request is spliced in place: a checked row is not used afterwards)."""
+        shape = route_shape(found.route, self.config.splice)
+        try:
+            for clip in clips:
+                if shape.input_audio_parts and isinstance(clip, InlineAudio):
+                    input_audio_format(clip.mime, clip.param)  # sniffed files always have one
+            shape.splice(found.request, [{"type": "stand-in"} for _ in clips])
+        except GatewayError as error:
+            return error
+        return None
+
+    def _file_facts(self, clip: ResolvedClip, prefix: str) -> tuple[ClipFacts, str]:
+        head = self._heads.get(clip.cache_key)
+        if head is None:
+            head = _read_head(clip)
+            if len(self._heads) >= HEAD_MEMO_ENTRIES:
+                self._heads.clear()
+            self._heads[clip.cache_key] = head
+        ref = clip.ref
+        mime = checked_mime(
+            head.sniff, ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
+        )
+        check_duration(
+            head.header,
+            self.config.audio.max_duration_seconds,
+            label=ref.label,
+            given=ref.given,
+            param=ref.param,
+        )
+        seconds = None if head.header is None else head.header.seconds
+        facts = ClipFacts(prefix + ref.label, ref.given, clip.real_path, clip.size, seconds)
+        return facts, mime
+
+    def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
+        return row_error(prepared.line, prepared.request, error, path)
+
+
+def has_sidechannel(request: dict[str, Any]) -> bool:
+    metadata = request.get("metadata")
+    return isinstance(metadata, dict) and any(key in metadata for key in SIDECHANNEL_KEYS)
+
+
+def _read_head(clip: ResolvedClip) -> _Head:
+    """Open the file as the server does (same identity checks) and read its header bytes."""
+    fd = open_checked_file(clip)
+    try:
+        head = os.pread(fd, HEADER_BYTES, 0)
+    finally:
+        os.close(fd)
+    return _Head(head[:SNIFF_BYTES], read_header(head, clip.size))
+
+
+def check_rows(
+    lines: Iterable[Line], checker: RowChecker, jobs: int
+) -> Generator[CheckedRow, None, None]:
+    """Every non-blank line checked, in order; at most `jobs * ROWS_IN_FLIGHT_PER_JOB` rows
+    are held at once, so memory stays flat whatever the file size."""
+    window: deque[tuple[_Prepared, Future[list[ClipFacts]] | None]] = deque()
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="check") as pool:
+        for line in lines:
+            if line.blank:
+                continue
+            prepared = checker.prepare(line)
+            future = None
+            if prepared.done is None and prepared.refs:
+                future = pool.submit(checker.check_paths, prepared)
+            window.append((prepared, future))
+            if len(window) >= jobs * ROWS_IN_FLIGHT_PER_JOB:
+                yield checker.finish(*window.popleft())
+        while window:
+            yield checker.finish(*window.popleft())

@@ -1,0 +1,102 @@
+"""Where a dataset row's request is. Pure.
+
+A NeMo Gym row holds a Responses body in `responses_create_params` (every other field is the
+row's own); any other row is itself the request: a chat completions body (`messages`) or a
+Responses body (`input`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from ..config import SpliceConfig
+from ..errors import GatewayError, PayloadTooLarge
+from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
+from .jsonl import Line
+from .summary import RowError
+
+NEMO_GYM_KEY = "responses_create_params"
+
+Route = Literal["chat", "responses"]
+
+
+@dataclass(frozen=True, slots=True)
+class RowRequest:
+    """The request inside a row; `prefix` is how row-level keys name its fields."""
+
+    row: dict[str, Any]
+    request: dict[str, Any]
+    route: Route
+    nested: bool  # a NeMo Gym row: the request is row["responses_create_params"]
+
+    @property
+    def prefix(self) -> str:
+        return f"{NEMO_GYM_KEY}." if self.nested else ""
+
+    def encoded_request(self, line: bytes) -> bytes:
+        """The request's JSON bytes: the line itself unless the request is nested."""
+        return msgspec.json.encode(self.request) if self.nested else line
+
+
+def parse_row(line: bytes) -> RowRequest:
+    """The request of one JSONL line; 400 `invalid_json` as the server answers a bad body."""
+    row = parse_json_object(line)
+    nested = row.get(NEMO_GYM_KEY)
+    if isinstance(nested, dict):
+        return RowRequest(row, nested, "responses", nested=True)
+    route: Route = "responses" if "input" in row and "messages" not in row else "chat"
+    return RowRequest(row, row, route, nested=False)
+
+
+def route_shape(route: Route, splice: SpliceConfig) -> RouteShape:
+    """How the gateway's route for this row takes its audio, under `splice`."""
+    if route == "responses":
+        return RESPONSES
+    return CHAT_INPUT_AUDIO if splice.chat_part == "input_audio" else CHAT_AUDIO_URL
+
+
+def request_too_large(size: int, max_body_bytes: int) -> PayloadTooLarge | None:
+    """The server's answer to a body over `server.max_body_bytes`, or None."""
+    if size <= max_body_bytes:
+        return None
+    return PayloadTooLarge(
+        f"the request body is {size} bytes, over server.max_body_bytes ({max_body_bytes})",
+        code="request_too_large",
+    )
+
+
+def row_error(
+    line: Line, found: RowRequest | None, error: GatewayError, path: str | None = None
+) -> RowError:
+    """The server's error located in the dataset: row-level key, path as written."""
+    prefix = found.prefix if found is not None else ""
+    if path is None and found is not None:
+        path = _path_named_by(found, error)
+    key = prefix + error.param if error.param else None
+    return RowError(line.file, line.number, error.code, key, path, error.message)
+
+
+def _path_named_by(found: RowRequest, error: GatewayError) -> str | None:
+    """The path as written that a sidechannel error is about (`metadata.audio_paths[2]`)."""
+    metadata = found.request.get("metadata")
+    if not isinstance(metadata, dict) or not error.param:
+        return None
+    value = metadata.get(error.param.removeprefix("metadata."))
+    if error.param == "metadata.audio_path":
+        return value if isinstance(value, str) else None
+    if error.param != "metadata.audio_paths":
+        return None
+    index = re.match(r"metadata\.audio_paths\[(\d+)\]", error.message)
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return None
+    if index is None or not isinstance(value, list):
+        return None
+    item = value[int(index.group(1))]
+    return item if isinstance(item, str) else None
