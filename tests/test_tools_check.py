@@ -89,7 +89,8 @@ BAD_ROWS: list[tuple[str, Any, str | None, str | None]] = [
     ("invalid_audio_reference", chat({"audio_paths": "not json"}), PS, None),
     ("too_many_clips", paths("a.wav", "b.wav", "c.wav"), PS, None),
     ("unsupported_audio_format", paths("a.wav", "x.aac"), PS, "x.aac"),
-    ("unsupported_audio_format", responses({"audio_data": AAC}), D, None),
+    ("unsupported_by_audio_bridge", {**responses({"audio_path": "a.wav"}), "tools": [{}]},
+     "tools", None),
     ("not_a_regular_file", path("folder.wav"), P, "folder.wav"),
     ("not_audio", path("notaudio.wav"), P, "notaudio.wav"),
     ("audio_path_forbidden", path("../outside.wav"), P, "../outside.wav"),
@@ -363,3 +364,16 @@ def test_flac_lengths_are_read_and_ogg_counts_as_unknown(audio_dir: Path, tmp_pa
     assert summary["audio_seconds"] == pytest.approx(1.75)
     assert summary["clips_without_duration"] == 1
     assert summary["longest_clip"]["path"] == "d.flac"
+
+
+def test_responses_rows_follow_the_servers_responses_mode(audio_dir: Path, tmp_path: Path) -> None:
+    """Bridged (the default), a Responses row's inline AAC goes out as an audio_url part;
+    with `[responses] audio = "input_audio"` it needs an input_audio format and is refused."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [responses({"audio_data": AAC})])
+    code, summary = run_json("check", str(data))
+    assert code == 0, summary["errors"]
+    config = tmp_path / "input_audio.toml"
+    config.write_text('[responses]\naudio = "input_audio"\n')
+    code, summary = run_json("check", str(data), "--config", str(config))
+    assert code == 1
+    assert list(summary["errors"]) == ["unsupported_audio_format"]

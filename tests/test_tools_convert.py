@@ -153,6 +153,7 @@ async def upstream_body(client: Any, stub: StubState, request: dict[str, Any]) -
     return json.loads(stub.requests[-1].body)
 
 
+@pytest.mark.stub(responses_accept_audio=True)
 async def test_served_from_the_clip_directory_the_stub_gets_the_same_body(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, tmp_path: Path
 ) -> None:
@@ -182,7 +183,9 @@ async def test_served_from_the_clip_directory_the_stub_gets_the_same_body(
     assert converted[0]["metadata"]["seed"] == "1"
     assert "audio_data" not in json.dumps(converted)
 
-    gateway = await make_gateway(audio={"root": str(clips)})
+    # Rows with input_audio parts already inline need an upstream whose Responses API takes
+    # them (the bridge refuses client audio parts), so this compares under the Responses splice.
+    gateway = await make_gateway(audio={"root": str(clips)}, responses={"audio": "input_audio"})
     for original, row in zip(originals, converted, strict=True):
         assert "audio_path" in row["metadata"] or "audio_paths" in row["metadata"]
         assert await upstream_body(gateway, stub, row) == await upstream_body(
@@ -224,8 +227,13 @@ async def test_nemo_gym_rows_convert_check_clean_and_reach_the_stub_intact(
         response = await gateway.post("/v1/responses", json=row["responses_create_params"])
         assert response.status == 200, await response.text()
         answer = await response.json()
+        assert answer["object"] == "response"  # bridged: the stub answered on chat completions
         sent = audio_of(original)[0]
-        assert [c["sha256"] for c in answer["stub"]["clips"]] == [hashlib.sha256(sent).hexdigest()]
+        assert stub.last_report is not None
+        assert [c["sha256"] for c in stub.last_report["clips"]] == [
+            hashlib.sha256(sent).hexdigest()
+        ]
+        assert stub.requests[-1].path == "/v1/chat/completions"
 
 
 # --- rows that stay, errors, the output file --------------------------------------------------

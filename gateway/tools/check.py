@@ -9,6 +9,7 @@ are taken in row order, so the first examples of each error are the first in the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
@@ -29,10 +30,18 @@ from ..sidechannel import (
     InlineAudio,
     PathAudio,
     base64_decoded_size,
+    carries_sidechannel,
     read_sidechannel,
 )
 from .jsonl import Line
-from .rows import RowRequest, parse_row, request_too_large, route_shape, row_error
+from .rows import (
+    RowRequest,
+    parse_row,
+    request_too_large,
+    route_shape,
+    row_error,
+    served_request,
+)
 from .summary import RowError
 
 _T = TypeVar("_T")
@@ -149,11 +158,13 @@ class RowChecker:
             if too_large is not None:
                 raise too_large
         audio = self.config.audio
+        if carries_sidechannel(found.request):
+            found = dataclasses.replace(found, request=served_request(found, self.config))
         sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
         if sidechannel is None:
             prepared.done = CheckedRow(line, False)
             return
-        prepared.input_audio_parts = route_shape(found.route, self.config.splice).input_audio_parts
+        prepared.input_audio_parts = route_shape(found, self.config).input_audio_parts
         for clip in sidechannel.clips:
             if isinstance(clip, PathAudio):
                 prepared.refs.append(clip)
@@ -181,7 +192,7 @@ class RowChecker:
     ) -> GatewayError | None:
         """What the server's part building and splice would say, with stand-in parts (the
         request is spliced in place: a checked row is not used afterwards)."""
-        shape = route_shape(found.route, self.config.splice)
+        shape = route_shape(found, self.config)
         try:
             for clip in clips:
                 if shape.input_audio_parts and isinstance(clip, InlineAudio):

@@ -129,7 +129,7 @@ class RowConverter:
 
     async def upstream_body(self, raw: bytes, found: RowRequest) -> bytes | SegmentedPayload:
         """What the gateway sends upstream for this request (`raw` when it forwards it as is)."""
-        return await self.pipeline.rewrite(raw, route_shape(found.route, self.config.splice))
+        return await self.pipeline.rewrite(raw, route_shape(found, self.config, bridge=False))
 
 
 class Inliner(RowConverter):

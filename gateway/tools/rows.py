@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..config import SpliceConfig
+from ..bridge import responses_to_chat
+from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
 from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
 from .jsonl import Line
@@ -52,11 +53,23 @@ def parse_row(line: bytes) -> RowRequest:
     return RowRequest(row, row, route, nested=False)
 
 
-def route_shape(route: Route, splice: SpliceConfig) -> RouteShape:
-    """How the gateway's route for this row takes its audio, under `splice`."""
-    if route == "responses":
+def bridged(found: RowRequest, config: Config) -> bool:
+    """Whether the server sends this row through the Responses -> chat bridge."""
+    return found.route == "responses" and config.responses.audio == "chat_bridge"
+
+
+def served_request(found: RowRequest, config: Config) -> dict[str, Any]:
+    """The body the server's audio pipeline works on: a bridged Responses row becomes its chat
+    body (a 400 `unsupported_by_audio_bridge` as the server answers), any other row is itself."""
+    return responses_to_chat(found.request).chat if bridged(found, config) else found.request
+
+
+def route_shape(found: RowRequest, config: Config, *, bridge: bool = True) -> RouteShape:
+    """How the gateway's route for this row takes its audio. With `bridge`, as `serve` does
+    under `[responses] audio`; without, a Responses row keeps the Responses splice."""
+    if found.route == "responses" and not (bridge and bridged(found, config)):
         return RESPONSES
-    return CHAT_INPUT_AUDIO if splice.chat_part == "input_audio" else CHAT_AUDIO_URL
+    return CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
 
 
 def request_too_large(size: int, max_body_bytes: int) -> PayloadTooLarge | None:
