@@ -19,6 +19,7 @@ import aiofiles
 import pybase64
 
 from .audio import ResolvedClip
+from .durations import HEADER_BYTES, AudioHeader, read_header
 from .errors import AudioFileChanged, AudioNotFound, InvalidRequest
 from .formats import SNIFF_BYTES, SUPPORTED_EXTENSIONS, sniff_mime
 
@@ -32,13 +33,15 @@ def base64_size(size: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class EncodedAudio:
-    """A clip as the cache keeps it: the base64 in pieces (never joined), its MIME type and,
-    when asked for, the sha256 of the file bytes. `pieces` is empty when only the MIME type
-    was needed (file:// mode)."""
+    """A clip as the cache keeps it: the base64 in pieces (never joined), its MIME type,
+    when asked for the sha256 of the file bytes, and what its header says (length, channels,
+    rate; None when the format does not say), so cached clips are checked without a re-read.
+    `pieces` is empty when only the MIME type was needed (file:// mode)."""
 
     mime: str
     pieces: tuple[bytes, ...]
     sha256: str | None
+    header: AudioHeader | None = None
 
     @property
     def nbytes(self) -> int:
@@ -76,9 +79,17 @@ class ChunkReader:
 class StreamedAudio:
     """An open clip whose base64 is produced while it is sent; close it on every path."""
 
-    def __init__(self, reader: ChunkReader, head: memoryview, mime: str, sha256: str | None):
+    def __init__(
+        self,
+        reader: ChunkReader,
+        head: memoryview,
+        mime: str,
+        sha256: str | None,
+        header: AudioHeader | None,
+    ):
         self.mime = mime
         self.sha256 = sha256
+        self.header = header
         self.nbytes = base64_size(reader.clip.size)
         self._reader = reader
         self._head = head
@@ -99,8 +110,9 @@ async def encode_clip(clip: ResolvedClip, *, encode: bool, digest: bool) -> Enco
     try:
         chunk = await reader.read()
         mime = _checked_mime(clip, chunk)
+        header = _header(clip, chunk)
         if not (encode or digest):
-            return EncodedAudio(mime, (), None)
+            return EncodedAudio(mime, (), None, header)
         hasher = hashlib.sha256() if digest else None
         pieces: list[bytes] = []
         while chunk:
@@ -109,7 +121,7 @@ async def encode_clip(clip: ResolvedClip, *, encode: bool, digest: bool) -> Enco
             if encode:
                 pieces.append(pybase64.b64encode(chunk))
             chunk = await reader.read()
-        return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None)
+        return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None, header)
     finally:
         await reader.aclose()
 
@@ -124,7 +136,7 @@ async def open_streamed_clip(clip: ResolvedClip, *, digest: bool) -> StreamedAud
         sha256 = None
         if digest:
             sha256 = await asyncio.to_thread(_hash_file_descriptor, handle.fileno(), clip.size)
-        return StreamedAudio(reader, head, mime, sha256)
+        return StreamedAudio(reader, head, mime, sha256, _header(clip, head))
     except BaseException:
         await reader.aclose()
         raise
@@ -186,6 +198,11 @@ def _checked_mime(clip: ResolvedClip, head: memoryview) -> str:
             code="not_audio",
         )
     return mime
+
+
+def _header(clip: ResolvedClip, head: memoryview) -> AudioHeader | None:
+    """The header in the first chunk (which holds HEADER_BYTES, or the whole clip)."""
+    return read_header(bytes(head[:HEADER_BYTES]), clip.size)
 
 
 def _changed(clip: ResolvedClip) -> AudioFileChanged:
