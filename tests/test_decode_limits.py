@@ -25,6 +25,8 @@ from gateway.durations import read_base64_header, read_header
 from gateway.stub_upstream import StubState
 
 from .conftest import GatewayFactory, cache_stats, chat_body, gateway_error, sha256_of
+from .test_durations import wav_bytes
+from .test_modes import UUID_GATEWAYS as GATEWAYS  # every wire form, streamed and uncached
 
 LIMIT_SECONDS = 600
 # 10^7 frames x 8 channels x 4 bytes = 320 MB of float32, in 104 s: under the duration limit.
@@ -59,15 +61,6 @@ async def post(gateway: Any, route: str, metadata: dict[str, Any]) -> aiohttp.Cl
         response: aiohttp.ClientResponse = await gateway.post("/v1/responses", json=body)
         return response
     return await gateway.post("/v1/chat/completions", json=chat_body(metadata))
-
-
-GATEWAYS: dict[str, dict[str, Any]] = {
-    "data-uri": {},
-    "input-audio": {"splice": {"chat_part": "input_audio"}},
-    "file-url": {"splice": {"mode": "file_url"}},
-    "streamed": {"cache": {"max_item_bytes": 100_000}},  # the long clip is 601 kB
-    "uncached": {"cache": {"max_bytes": 0}},
-}
 
 
 # --- duration --------------------------------------------------------------------------------
@@ -245,16 +238,6 @@ async def test_the_stub_refuses_clips_vllm_refuses(
 
 
 # --- the pure parts --------------------------------------------------------------------------
-
-
-def wav_bytes(frames: int, rate: int, channels: int, width: int) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as clip:
-        clip.setnchannels(channels)
-        clip.setsampwidth(width)
-        clip.setframerate(rate)
-        clip.writeframes(b"\x00" * frames * channels * width)
-    return out.getvalue()
 
 
 @settings(max_examples=40, deadline=None)
