@@ -99,7 +99,7 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     pipeline = RewritePipeline(config.splice, config.audio, policy, store)
     app[pipeline_key] = pipeline
     app[speech_key] = SpeechUploads(
-        pipeline.resolver, store, config.audio.max_file_bytes, config.server.max_body_bytes
+        pipeline.resolver, store, config.audio, config.server.max_body_bytes
     )
     yield
     pipeline.resolver.close()

@@ -90,6 +90,7 @@ class AudioConfig(_Section):
     max_file_bytes: ByteSize = 25 * 1024**2
     max_clips: int = Field(16, ge=1)
     max_duration_seconds: float = Field(600.0, gt=0)
+    max_decode_bytes: ByteSize = 256 * 1024**2
     resolver_threads: int = Field(1, ge=1, le=64)
 
     @field_validator("root")

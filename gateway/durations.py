@@ -11,9 +11,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import pybase64
+
 from .errors import PayloadTooLarge
 
 HEADER_BYTES = 64 * 1024  # enough for the fmt/data chunks of any sane WAV and FLAC's STREAMINFO
+HEADER_BASE64_CHARS = HEADER_BYTES // 3 * 4  # whole base64 quanta: a prefix decodes on its own
+FLOAT32_BYTES = 4  # vLLM decodes every sample to float32
 _WAV_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # what streaming writers put before they know the length
 
 
@@ -29,6 +33,12 @@ class AudioHeader:
     def seconds(self) -> float:
         return self.frames / self.sample_rate
 
+    @property
+    def decoded_bytes(self) -> int:
+        """What vLLM 0.33 counts against VLLM_MAX_AUDIO_DECODE_BYTES before it decodes:
+        float32 samples at the native rate, every channel (frames x channels x 4)."""
+        return self.frames * self.channels * FLOAT32_BYTES
+
 
 def read_header(head: bytes, total_bytes: int | None = None) -> AudioHeader | None:
     """The header of a WAV or FLAC file whose first bytes are `head`; None when unknown.
@@ -40,6 +50,11 @@ def read_header(head: bytes, total_bytes: int | None = None) -> AudioHeader | No
     if head[:4] == b"fLaC":
         return _flac_header(head)
     return None
+
+
+def read_base64_header(payload: str, total_bytes: int) -> AudioHeader | None:
+    """The header of validated base64 audio, decoding only its first HEADER_BYTES."""
+    return read_header(pybase64.b64decode(payload[:HEADER_BASE64_CHARS]), total_bytes)
 
 
 def _wav_header(head: bytes, total_bytes: int | None) -> AudioHeader | None:
@@ -93,3 +108,32 @@ def check_duration(
             param=param,
             code="audio_too_long",
         )
+
+
+def check_decoded_bytes(
+    header: AudioHeader | None, max_bytes: int, *, label: str, given: str, param: str
+) -> None:
+    """413 `audio_decode_too_large` when the clip would decode to more than `max_bytes` of
+    float32 samples (vLLM's VLLM_MAX_AUDIO_DECODE_BYTES); unknown sizes pass (vLLM decides)."""
+    if header is not None and header.decoded_bytes > max_bytes:
+        raise PayloadTooLarge(
+            f"{label}: {given!r} decodes to {header.decoded_bytes} bytes of float32 samples "
+            f"({header.frames} frames x {header.channels} channels x 4), over the limit of "
+            f"{max_bytes} bytes (audio.max_decode_bytes; vLLM refuses larger audio)",
+            param=param,
+            code="audio_decode_too_large",
+        )
+
+
+def check_decode_limits(
+    header: AudioHeader | None,
+    max_seconds: float,
+    max_bytes: int,
+    *,
+    label: str,
+    given: str,
+    param: str,
+) -> None:
+    """Both of vLLM's decode limits, as `serve` and `check` apply them: duration, then size."""
+    check_duration(header, max_seconds, label=label, given=given, param=param)
+    check_decoded_bytes(header, max_bytes, label=label, given=given, param=param)

@@ -19,6 +19,7 @@ import aiofiles
 import pybase64
 
 from .audio import ResolvedClip
+from .durations import HEADER_BYTES, AudioHeader, read_header
 from .errors import AudioFileChanged, AudioNotFound
 from .formats import SNIFF_BYTES, checked_mime
 
@@ -33,12 +34,15 @@ def base64_size(size: int) -> int:
 @dataclass(frozen=True, slots=True)
 class EncodedAudio:
     """A clip as the cache keeps it: the base64 in pieces (never joined; raw file bytes for the
-    speech-to-text routes), its MIME type and, when asked for, the sha256 of the file bytes.
+    speech-to-text routes), its MIME type, when asked for the sha256 of the file bytes, and what
+    its header says (length, channels, rate; None when the format does not say), so cached clips
+    are checked without a re-read.
     `pieces` is empty when only the MIME type was needed (file:// mode)."""
 
     mime: str
     pieces: tuple[bytes, ...]
     sha256: str | None
+    header: AudioHeader | None = None
 
     @property
     def nbytes(self) -> int:
@@ -83,11 +87,13 @@ class StreamedAudio:
         head: memoryview,
         mime: str,
         sha256: str | None,
+        header: AudioHeader | None,
         *,
         raw: bool = False,
     ):
         self.mime = mime
         self.sha256 = sha256
+        self.header = header
         self.nbytes = reader.clip.size if raw else base64_size(reader.clip.size)
         self._reader = reader
         self._head = head
@@ -112,10 +118,11 @@ async def encode_clip(
     try:
         chunk = await reader.read()
         mime = _checked_mime(clip, chunk)
+        header = _header(clip, chunk)
         if raw:
-            return EncodedAudio(mime, await _raw_pieces(reader, chunk), None)
+            return EncodedAudio(mime, await _raw_pieces(reader, chunk), None, header)
         if not (encode or digest):
-            return EncodedAudio(mime, (), None)
+            return EncodedAudio(mime, (), None, header)
         hasher = hashlib.sha256() if digest else None
         pieces: list[bytes] = []
         while chunk:
@@ -124,7 +131,7 @@ async def encode_clip(
             if encode:
                 pieces.append(pybase64.b64encode(chunk))
             chunk = await reader.read()
-        return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None)
+        return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None, header)
     finally:
         await reader.aclose()
 
@@ -150,7 +157,7 @@ async def open_streamed_clip(
         sha256 = None
         if digest:
             sha256 = await asyncio.to_thread(_hash_file_descriptor, handle.fileno(), clip.size)
-        return StreamedAudio(reader, head, mime, sha256, raw=raw)
+        return StreamedAudio(reader, head, mime, sha256, _header(clip, head), raw=raw)
     except BaseException:
         await reader.aclose()
         raise
@@ -208,6 +215,11 @@ def _checked_mime(clip: ResolvedClip, head: memoryview) -> str:
     return checked_mime(
         head_bytes, ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
     )
+
+
+def _header(clip: ResolvedClip, head: memoryview) -> AudioHeader | None:
+    """The header in the first chunk (which holds HEADER_BYTES, or the whole clip)."""
+    return read_header(bytes(head[:HEADER_BYTES]), clip.size)
 
 
 def _changed(clip: ResolvedClip) -> AudioFileChanged:

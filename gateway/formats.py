@@ -17,6 +17,8 @@ MIME_BY_EXTENSION: dict[str, str] = {
 SUPPORTED_EXTENSIONS = ", ".join(MIME_BY_EXTENSION)
 
 # The `format` field of an `input_audio` part, by MIME type (aliases included for inline data).
+# The OpenAI type of that field is the literal "wav" | "mp3", and vLLM 0.33 validates requests
+# against it (400 for anything else), so no other container may travel as `input_audio`.
 INPUT_AUDIO_FORMAT_BY_MIME: dict[str, str] = {
     "audio/wav": "wav",
     "audio/wave": "wav",
@@ -24,13 +26,6 @@ INPUT_AUDIO_FORMAT_BY_MIME: dict[str, str] = {
     "audio/vnd.wave": "wav",
     "audio/mpeg": "mp3",
     "audio/mp3": "mp3",
-    "audio/flac": "flac",
-    "audio/x-flac": "flac",
-    "audio/mp4": "m4a",
-    "audio/m4a": "m4a",
-    "audio/x-m4a": "m4a",
-    "audio/ogg": "ogg",
-    "audio/opus": "opus",
 }
 
 SNIFF_BYTES = 12
@@ -83,14 +78,16 @@ def checked_mime(head: bytes, claimed_mime: str, *, label: str, given: str, para
     return mime
 
 
-def input_audio_format(mime: str, param: str) -> str:
-    """The `input_audio.format` name of a MIME type; 400 when there is none."""
+def input_audio_format(mime: str, *, label: str, given: str, param: str, fix: str) -> str:
+    """The `input_audio.format` of a clip of type `mime` ("wav" or "mp3"); for any other
+    container a 400 `unsupported_audio_format` naming the clip as given and `fix` (the setting
+    that sends it in a form that carries every container)."""
     try:
         return INPUT_AUDIO_FORMAT_BY_MIME[mime.lower()]
     except KeyError:
         raise InvalidRequest(
-            f"{param}: audio of type {mime!r} has no input_audio format "
-            f"(known: {', '.join(sorted(set(INPUT_AUDIO_FORMAT_BY_MIME.values())))})",
+            f"{label}: {given!r} is {mime}, but an input_audio part carries only wav or "
+            f"mp3 (its format field allows nothing else, and vLLM refuses other values); {fix}",
             param=param,
             code="unsupported_audio_format",
         ) from None

@@ -21,6 +21,7 @@ from .audio import BatchedResolver, PathPolicy, ResolvedClip
 from .body import Placeholders, Segment, SegmentedPayload
 from .cache import AudioStore
 from .config import AudioConfig, SpliceConfig
+from .durations import AudioHeader, check_decode_limits, read_base64_header
 from .encoder import EncodedAudio, StreamedAudio
 from .errors import InvalidRequest
 from .formats import input_audio_format
@@ -28,6 +29,7 @@ from .sidechannel import (
     LEGACY_INLINE_KEY,
     InlineAudio,
     PathAudio,
+    base64_decoded_size,
     read_sidechannel,
     strip_sidechannel,
 )
@@ -56,11 +58,23 @@ class RouteShape:
     name: str
     splice: Callable[[dict[str, Any], list[Part]], None]
     input_audio_parts: bool
+    # How to send a clip that input_audio cannot carry (told in the 400 refusing it).
+    input_audio_fix: str = ""
 
 
 CHAT_AUDIO_URL = RouteShape("chat", splice_chat, input_audio_parts=False)
-CHAT_INPUT_AUDIO = RouteShape("chat", splice_chat, input_audio_parts=True)
-RESPONSES = RouteShape("responses", splice_responses, input_audio_parts=True)
+CHAT_INPUT_AUDIO = RouteShape(
+    "chat",
+    splice_chat,
+    input_audio_parts=True,
+    input_audio_fix='set [splice] chat_part = "audio_url" to send it as an audio_url data URI',
+)
+RESPONSES = RouteShape(
+    "responses",
+    splice_responses,
+    input_audio_parts=True,
+    input_audio_fix='send it through the chat bridge ([responses] audio = "chat_bridge")',
+)
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -86,6 +100,8 @@ class RewritePipeline:
         self.config = config
         self.max_clips = audio.max_clips
         self.max_clip_bytes = audio.max_file_bytes
+        self.max_duration_seconds = audio.max_duration_seconds
+        self.max_decode_bytes = audio.max_decode_bytes
         self.resolver = BatchedResolver(policy, threads=audio.resolver_threads)
         self.store = store
         self.file_urls = config.mode == "file_url"
@@ -106,6 +122,8 @@ class RewritePipeline:
         strip_sidechannel(body, sidechannel.key)
         clips = await self._load(sidechannel.clips)
         try:
+            for clip in clips:
+                self._check_length(clip)
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             shape.splice(body, parts)
@@ -142,9 +160,12 @@ class RewritePipeline:
         else:
             mime, lead, segments = _base64_segments(clip)
             if shape.input_audio_parts:
-                param = clip.param if isinstance(clip, InlineAudio) else clip.resolved.ref.param
+                label, given, param = _named(clip)
+                fmt = input_audio_format(
+                    mime, label=label, given=given, param=param, fix=shape.input_audio_fix
+                )
                 token = placeholders.add(b"", segments)
-                data = {"data": token, "format": input_audio_format(mime, param)}
+                data = {"data": token, "format": fmt}
                 part = {"type": "input_audio", "input_audio": data}
             else:
                 token = placeholders.add(lead, segments)
@@ -153,6 +174,19 @@ class RewritePipeline:
             part["uuid"] = _content_sha256(clip)
         return part
 
+    def _check_length(self, clip: LoadedClip) -> None:
+        """vLLM's decode limits, from the clip's header: 413 before anything is sent."""
+        label, given, param = _named(clip)
+        header = _header(clip)
+        check_decode_limits(
+            header,
+            self.max_duration_seconds,
+            self.max_decode_bytes,
+            label=label,
+            given=given,
+            param=param,
+        )
+
     def _log_legacy_key_once(self) -> None:
         if not self._legacy_key_logged:
             self._legacy_key_logged = True
@@ -160,6 +194,20 @@ class RewritePipeline:
                 "metadata.audio_url is the deprecated name of metadata.audio_data; "
                 "it works, but rename it in your data (logged once)"
             )
+
+
+def _named(clip: LoadedClip) -> tuple[str, str, str]:
+    """How error messages name a clip: its label, the reference as given, and the param."""
+    if isinstance(clip, InlineAudio):
+        return clip.param, clip.uri[: clip.payload_start] + "...", clip.param
+    ref = clip.resolved.ref
+    return ref.label, ref.given, ref.param
+
+
+def _header(clip: LoadedClip) -> AudioHeader | None:
+    if isinstance(clip, InlineAudio):
+        return read_base64_header(clip.payload, base64_decoded_size(clip.uri, clip.payload_start))
+    return clip.audio.header
 
 
 def _base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:

@@ -27,6 +27,8 @@ from aiohttp.helpers import parse_mimetype
 from .audio import BatchedResolver
 from .body import SegmentedPayload
 from .cache import AudioStore
+from .config import AudioConfig
+from .durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from .encoder import StreamedAudio
 from .errors import InvalidRequest, PayloadTooLarge
 from .formats import MIME_BY_EXTENSION, SNIFF_BYTES, SUPPORTED_EXTENSIONS, sniff_mime
@@ -70,11 +72,12 @@ class SpeechUploads:
     body that is neither multipart nor JSON (the plain passthrough relays it)."""
 
     def __init__(
-        self, resolver: BatchedResolver, store: AudioStore, max_clip_bytes: int, max_body: int
+        self, resolver: BatchedResolver, store: AudioStore, audio: AudioConfig, max_body: int
     ) -> None:
         self.resolver = resolver
         self.store = store
-        self.max_clip_bytes = max_clip_bytes
+        self.audio = audio
+        self.max_clip_bytes = audio.max_file_bytes
         self.max_body_bytes = max_body
         self._legacy_key_logged = False
 
@@ -170,12 +173,37 @@ class SpeechUploads:
         return Outgoing(headers, payload, rewritten=True)
 
     async def _upload(self, ref: InlineAudio | PathAudio) -> AudioUpload:
+        """The clip as a file part, within vLLM's decode limits (its speech-to-text routes
+        apply VLLM_MAX_AUDIO_DECODE_DURATION_S / _BYTES as chat does)."""
         if isinstance(ref, InlineAudio):
-            return inline_upload(ref)
+            upload = inline_upload(ref)
+            data = upload.segments[0]
+            header = (
+                read_header(data[:HEADER_BYTES], len(data)) if isinstance(data, bytes) else None
+            )
+            self._check_limits(header, ref.param, ref.uri[: ref.payload_start] + "...", ref.param)
+            return upload
         clip = (await self.resolver.resolve([ref]))[0]
         audio = await self.store.get(clip, raw=True)
+        try:
+            self._check_limits(audio.header, ref.label, ref.given, ref.param)
+        except BaseException:
+            if isinstance(audio, StreamedAudio):
+                await audio.aclose()
+            raise
         segments = (audio,) if isinstance(audio, StreamedAudio) else audio.pieces
         return AudioUpload(os.path.basename(ref.given), audio.mime, segments)
+
+    def _check_limits(self, header: AudioHeader | None, label: str, given: str, param: str) -> None:
+        limits = self.audio
+        check_decode_limits(
+            header,
+            limits.max_duration_seconds,
+            limits.max_decode_bytes,
+            label=label,
+            given=given,
+            param=param,
+        )
 
 
 def inline_upload(ref: InlineAudio) -> AudioUpload:

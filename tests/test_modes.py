@@ -84,12 +84,12 @@ async def test_input_audio_chat_parts(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
 ) -> None:
     gateway = await make_gateway(splice={"chat_part": "input_audio"})
-    flac = write_encoded_tone(audio_dir / "d.flac", 0.3, 500.0, "FLAC")
-    answer = await post_chat(gateway, {"audio_paths": ["b.wav", "d.flac", "a.wav"]})
-    paths = [audio_dir / "b.wav", flac, audio_dir / "a.wav"]
+    mp3 = write_encoded_tone(audio_dir / "d.mp3", 0.3, 500.0, "MP3")
+    answer = await post_chat(gateway, {"audio_paths": ["b.wav", "d.mp3", "a.wav"]})
+    paths = [audio_dir / "b.wav", mp3, audio_dir / "a.wav"]
     assert sent_parts(stub) == [
         input_audio(paths[0]),
-        input_audio(flac, "flac"),
+        input_audio(mp3, "mp3"),
         input_audio(paths[2]),
         PROMPT,
     ]

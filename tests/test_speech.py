@@ -678,7 +678,10 @@ async def test_a_big_clip_is_streamed_with_bounded_memory(
     clip = audio_dir / "long.wav"
     write_tone(clip, 48 * 1024 * 1024 / 32_000, 440.0)  # 48 MiB
     config = gateway_config(
-        url, audio_dir, audio={"max_file_bytes": "64MiB"}, cache={"max_item_bytes": "1MiB"}
+        url,
+        audio_dir,
+        audio={"max_file_bytes": "64MiB", "max_duration_seconds": 3600},
+        cache={"max_item_bytes": "1MiB"},
     )
     async with TestClient(TestServer(create_app(config))) as gateway:
         tracemalloc.start()
@@ -816,3 +819,29 @@ def test_the_scanner_finds_parts_however_the_body_is_cut(
     found = scanner.parts()
     assert found is not None
     assert [(p.name, p.text()) for p in found] == [(p.name, p.text()) for p in parts]
+
+
+async def test_vllm_decode_limits_hold_on_the_speech_routes(
+    make_gateway: Any, stub: Any, audio_dir: Path
+) -> None:
+    """vLLM's speech-to-text routes refuse long audio as chat does: 413 before any upload,
+    for a path clip (cached or not) and for inline audio."""
+    gateway = await make_gateway(audio={"max_duration_seconds": 0.3})
+    inline = (
+        "data:audio/wav;base64," + base64.b64encode((audio_dir / "b.wav").read_bytes()).decode()
+    )
+    for metadata, param in (
+        ({"audio_path": "b.wav"}, "metadata.audio_path"),
+        ({"audio_path": "b.wav"}, "metadata.audio_path"),
+        ({"audio_data": inline}, "metadata.audio_data"),
+    ):
+        response = await gateway.post(
+            "/v1/audio/transcriptions", json={"model": "m", "metadata": metadata}
+        )
+        error = await gateway_error(response, 413, param)
+        assert error["code"] == "audio_too_long"
+    ok = await gateway.post(
+        "/v1/audio/transcriptions", json={"model": "m", "metadata": {"audio_path": "a.wav"}}
+    )
+    assert ok.status == 200, await ok.text()
+    assert len(stub.requests) == 1

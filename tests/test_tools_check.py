@@ -253,15 +253,12 @@ async def test_check_and_the_server_give_each_bad_row_the_same_code(
     make_gateway: Any, stub: Any, bad_audio: Path
 ) -> None:
     """One code path: each bad row, sent to a gateway with the same config, gets the code
-    and `param` check reported (audio_too_long is left out: the server learns it on the
-    branch that wires the duration check into the pipeline)."""
+    and `param` check reported."""
     gateway = await make_gateway(
         server={"max_body_bytes": 4096},
         audio={"max_clips": 2, "max_file_bytes": 200000, "max_duration_seconds": 2.0},
     )
     for code, row, key, _ in BAD_ROWS:
-        if code == "audio_too_long":
-            continue
         request = row.get("responses_create_params", row) if isinstance(row, dict) else row
         raw = request if isinstance(request, str) else json.dumps(request)
         route = (

@@ -2,13 +2,14 @@
 
 It parses chat-completions and Responses bodies the way vLLM's OpenAI server does, rejects
 what vLLM would reject (unknown content parts, non-audio MIME types, bad base64, undecodable
-audio, `file://` outside its allowed media path, non-string Responses metadata, and as vLLM
-0.33 any audio part in Responses input unless `responses_accept_audio`), decodes every clip,
-and answers with what it got: per clip the sha256 of the decoded bytes, MIME type, size,
-duration and sample rate. Chat answers honour `max_tokens` (a word a token) and carry
-`reasoning` when the `X-Stub-Reasoning` header gives it. Streams SSE when asked. The
-speech-to-text routes read their multipart form as vLLM's FastAPI handler does (`speech.py`).
-Run alone with
+audio, an `input_audio.format` other than wav/mp3, audio over VLLM_MAX_AUDIO_DECODE_DURATION_S
+or VLLM_MAX_AUDIO_DECODE_BYTES read from its header as vLLM's soundfile loader reads it,
+`file://` outside its allowed media path, non-string Responses metadata, and as vLLM 0.33 any
+audio part in Responses input unless `responses_accept_audio`), decodes every clip, and
+answers with what it got: per clip the sha256 of the decoded bytes, MIME type, size, duration
+and sample rate. Chat answers honour `max_tokens` (a word a token) and carry `reasoning` when
+the `X-Stub-Reasoning` header gives it. Streams SSE when asked. The speech-to-text routes read
+their multipart form as vLLM's FastAPI handler does (`speech.py`). Run alone with
 `python -m gateway.stub_upstream --port 8000`.
 """
 

@@ -16,12 +16,17 @@ from urllib.parse import unquote, urlparse
 
 import pybase64
 
-try:  # soundfile decodes FLAC/Ogg; WAV needs only the standard library.
+try:  # soundfile reads WAV/FLAC/Ogg as vLLM does; without it WAV falls back to `wave`.
     import soundfile
 except (ImportError, OSError):  # pragma: no cover - depends on the machine
     soundfile = None
 
-INPUT_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "m4a", "ogg", "opus", "webm", "aac"})
+# The OpenAI type's `input_audio.format` literal, which vLLM 0.33 validates requests against.
+INPUT_AUDIO_FORMATS = frozenset({"wav", "mp3"})
+# vLLM 0.33's decode limits (vllm/envs.py), read from the same environment variables.
+DURATION_LIMIT_ENV, DEFAULT_MAX_DURATION_S = "VLLM_MAX_AUDIO_DECODE_DURATION_S", 600
+DECODE_LIMIT_ENV, DEFAULT_MAX_DECODE_BYTES = "VLLM_MAX_AUDIO_DECODE_BYTES", 256 * 1024**2
+SOUNDFILE_CONTAINERS = ("wav", "flac", "ogg")
 DATA_URI = re.compile(r"^data:([^;,]+)((?:;[^;,]+)*);base64,", re.ASCII)
 
 
@@ -78,35 +83,64 @@ def decode_audio(data: bytes, source: str, mime: str, uuid: str | None) -> ClipR
     if not data:
         raise StubRejection("empty audio")
     container = _container(data[:12])
-    duration = rate = channels = None
-    if container == "wav":
-        try:
-            with wave.open(io.BytesIO(data)) as clip:
-                rate, channels = clip.getframerate(), clip.getnchannels()
-                frames = clip.getnframes()
-                clip.readframes(min(frames, 16))
-            duration = frames / rate
-        except (wave.Error, EOFError) as exc:
-            raise StubRejection(f"failed to decode WAV audio: {exc}") from None
-    elif container in ("flac", "ogg") and soundfile is not None:
-        try:
-            info = soundfile.info(io.BytesIO(data))
-        except RuntimeError as exc:
-            raise StubRejection(f"failed to decode {container} audio: {exc}") from None
-        rate, channels, duration = info.samplerate, info.channels, info.duration
-    elif container is None:
+    if container is None:
         raise StubRejection("failed to decode audio: no known audio container")
+    shape = _shape(data, container)
+    rate, channels = (shape[1], shape[2]) if shape else (None, None)
     return ClipReport(
         source=source,
         mime=mime,
         container=container,
         bytes=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
-        duration_seconds=duration,
+        duration_seconds=shape[0] / shape[1] if shape else None,
         sample_rate=rate,
         channels=channels,
         uuid=uuid,
     )
+
+
+def _shape(data: bytes, container: str) -> tuple[int, int, int] | None:
+    """(frames, sample rate, channels), checked against vLLM's limits; None when the stub
+    cannot read this container (no soundfile here, or MP3/MP4)."""
+    if soundfile is not None and container in SOUNDFILE_CONTAINERS:
+        try:
+            with soundfile.SoundFile(io.BytesIO(data)) as clip:
+                shape = (clip.frames, clip.samplerate, clip.channels)
+                check_decode_limits(*shape)  # as vLLM: before a single sample is decoded
+                clip.read(16)
+                return shape
+        except RuntimeError as exc:
+            raise StubRejection(f"failed to decode {container} audio: {exc}") from None
+    if container == "wav":
+        try:
+            with wave.open(io.BytesIO(data)) as clip:
+                shape = (clip.getnframes(), clip.getframerate(), clip.getnchannels())
+                check_decode_limits(*shape)
+                clip.readframes(16)
+                return shape
+        except (wave.Error, EOFError) as exc:
+            raise StubRejection(f"failed to decode WAV audio: {exc}") from None
+    return None
+
+
+def check_decode_limits(frames: int, rate: int, channels: int) -> None:
+    """vLLM 0.33's soundfile loader: refuse a clip longer than VLLM_MAX_AUDIO_DECODE_DURATION_S
+    or one whose float32 samples (frames x channels x 4) exceed VLLM_MAX_AUDIO_DECODE_BYTES."""
+    max_seconds = int(os.environ.get(DURATION_LIMIT_ENV, DEFAULT_MAX_DURATION_S))
+    if frames / rate > max_seconds:
+        raise StubRejection(
+            f"Audio exceeds maximum allowed duration of {max_seconds}s (file contains "
+            f"{frames / rate:.1f}s at {rate}Hz). Set {DURATION_LIMIT_ENV} to increase this limit."
+        )
+    max_bytes = int(os.environ.get(DECODE_LIMIT_ENV, DEFAULT_MAX_DECODE_BYTES))
+    estimated = frames * channels * 4
+    if estimated > max_bytes:
+        raise StubRejection(
+            f"Audio would allocate {estimated / 2**20:.0f} MiB of PCM ({frames} frames x "
+            f"{channels} channels x 4B), exceeding the {max_bytes / 2**20:.0f} MiB limit. "
+            f"Set {DECODE_LIMIT_ENV} to increase this limit."
+        )
 
 
 def _container(head: bytes) -> str | None:

@@ -15,18 +15,18 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import pybase64
 
 from ..audio import PathPolicy, ResolvedClip
 from ..config import Config
-from ..durations import HEADER_BYTES, AudioHeader, check_duration, read_header
+from ..durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from ..encoder import open_checked_file
 from ..errors import GatewayError
 from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
 from ..sidechannel import (
-    SIDECHANNEL_KEYS,
     InlineAudio,
     PathAudio,
     base64_decoded_size,
@@ -84,7 +84,7 @@ class _Prepared:
     request: RowRequest | None = None
     done: CheckedRow | None = None
     refs: list[PathAudio] = field(default_factory=list)
-    input_audio_parts: bool = False  # the route's parts name a format (Responses, input_audio)
+    input_audio_fix: str | None = None  # the route's parts name a format: how to avoid that
     inline: list[ClipFacts] = field(default_factory=list)
     later_error: GatewayError | None = None  # part format or splice: after the file checks
 
@@ -110,7 +110,7 @@ class RowChecker:
             self._prepare(prepared)
         except GatewayError as error:
             found = prepared.request
-            has_audio = found is not None and has_sidechannel(found.request)
+            has_audio = found is not None and carries_sidechannel(found.request)
             prepared.done = CheckedRow(line, has_audio, error=self._error(prepared, error))
         return prepared
 
@@ -120,9 +120,12 @@ class RowChecker:
         resolved = [self._failing_as(ref, self.policy.resolve, ref) for ref in prepared.refs]
         prefix = prepared.request.prefix if prepared.request is not None else ""
         facts = [self._failing_as(clip.ref, self._file_facts, clip, prefix) for clip in resolved]
-        if prepared.input_audio_parts and self.config.splice.mode == "data_uri":
+        fix = prepared.input_audio_fix
+        if fix is not None and self.config.splice.mode == "data_uri":
             for clip, (_, mime) in zip(resolved, facts, strict=True):
-                self._failing_as(clip.ref, input_audio_format, mime, clip.ref.param)
+                ref = clip.ref
+                name = {"label": ref.label, "given": ref.given, "param": ref.param}
+                self._failing_as(ref, partial(input_audio_format, mime, **name, fix=fix))
         return [clip for clip, _ in facts]
 
     @staticmethod
@@ -164,7 +167,8 @@ class RowChecker:
         if sidechannel is None:
             prepared.done = CheckedRow(line, False)
             return
-        prepared.input_audio_parts = route_shape(found, self.config).input_audio_parts
+        shape = route_shape(found, self.config)
+        prepared.input_audio_fix = shape.input_audio_fix if shape.input_audio_parts else None
         for clip in sidechannel.clips:
             if isinstance(clip, PathAudio):
                 prepared.refs.append(clip)
@@ -177,9 +181,10 @@ class RowChecker:
         size = base64_decoded_size(clip.uri, start)
         head = pybase64.b64decode(clip.uri[start : start + HEADER_BYTES // 3 * 4])
         header = read_header(head, size)
-        check_duration(
+        check_decode_limits(
             header,
             self.config.audio.max_duration_seconds,
+            self.config.audio.max_decode_bytes,
             label=clip.param,
             given="(inline data URI)",
             param=clip.param,
@@ -196,7 +201,13 @@ class RowChecker:
         try:
             for clip in clips:
                 if shape.input_audio_parts and isinstance(clip, InlineAudio):
-                    input_audio_format(clip.mime, clip.param)  # sniffed files always have one
+                    input_audio_format(
+                        clip.mime,
+                        label=clip.param,
+                        given=clip.uri[: clip.payload_start] + "...",
+                        param=clip.param,
+                        fix=shape.input_audio_fix,
+                    )
             shape.splice(found.request, [{"type": "stand-in"} for _ in clips])
         except GatewayError as error:
             return error
@@ -213,9 +224,10 @@ class RowChecker:
         mime = checked_mime(
             head.sniff, ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
         )
-        check_duration(
+        check_decode_limits(
             head.header,
             self.config.audio.max_duration_seconds,
+            self.config.audio.max_decode_bytes,
             label=ref.label,
             given=ref.given,
             param=ref.param,
@@ -226,11 +238,6 @@ class RowChecker:
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
         return row_error(prepared.line, prepared.request, error, path)
-
-
-def has_sidechannel(request: dict[str, Any]) -> bool:
-    metadata = request.get("metadata")
-    return isinstance(metadata, dict) and any(key in metadata for key in SIDECHANNEL_KEYS)
 
 
 def _read_head(clip: ResolvedClip) -> _Head:

@@ -1,0 +1,329 @@
+"""The gateway's bodies, judged by vLLM 0.33's own code (skipped unless `vllm` imports).
+
+Each request goes through a real gateway to the stub, which records the body it received;
+that body is then run through what a vLLM server runs on it, in process and without an
+engine: the request model (`ChatCompletionRequest` / `ResponsesRequest`), the chat
+content-part parser (`parse_chat_messages_async`, with a tracker that needs no ModelConfig
+or HF processor) and the `MediaConnector` audio loading behind it. The decoded samples
+must equal vLLM's decoding of the original files, bit for bit.
+
+Run it with `.ci/vllm-compat` (builds a venv with vllm 0.33.0 and runs this module), or in any
+environment with `pip install 'vllm[audio]==0.33.0'`: `python -m pytest tests/test_vllm_compat.py`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy
+import pytest
+import soundfile
+
+vllm = pytest.importorskip("vllm", reason="needs vllm[audio]==0.33.0 (see .ci/vllm-compat)")
+if not vllm.__version__.startswith("0.33."):
+    pytest.skip(f"written against vLLM 0.33, found {vllm.__version__}", allow_module_level=True)
+
+with warnings.catch_warnings():  # vLLM's imports warn about the torch build; not our concern
+    warnings.simplefilter("ignore")
+    from pydantic import ValidationError
+    from vllm.config.multimodal import MultiModalConfig
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.multimodal.media.audio import AudioMediaIO
+    from vllm.renderers.chat_utils import chat_message
+    from vllm.renderers.chat_utils.item_tracker import AsyncMultiModalItemTracker
+
+from gateway.samples import write_tone  # noqa: E402
+from gateway.stub_upstream import StubState  # noqa: E402
+
+from .conftest import GatewayFactory, chat_body, gateway_error, write_encoded_tone  # noqa: E402
+from .test_decode_limits import (  # noqa: E402
+    BIG_DECODE,
+    LIMIT_SECONDS,
+    flac_streaminfo_only,
+    write_silence_wav,
+)
+
+Decoded = tuple[numpy.ndarray, float]
+
+
+# --- vLLM's request path, without an engine ------------------------------------------------
+
+
+class _Tracker(AsyncMultiModalItemTracker):  # type: ignore[misc]
+    """vLLM's own tracker; only the model class (for placeholder strings) and the processor
+    (for the per-prompt item limit, vLLM's default of 999) come from no model."""
+
+    @functools.cached_property
+    def model_cls(self) -> Any:
+        return SimpleNamespace(get_placeholder_str=lambda modality, i: f"<{modality} {i}>")
+
+    @functools.cached_property
+    def mm_processor(self) -> Any:
+        limit = MultiModalConfig().get_limit_per_prompt("audio")
+
+        def validate_num_items(modality: str, count: int) -> None:
+            if count > limit:
+                raise ValueError(f"At most {limit} {modality}(s) may be provided in one prompt.")
+
+        return SimpleNamespace(info=SimpleNamespace(validate_num_items=validate_num_items))
+
+
+@dataclass
+class VllmResult:
+    conversation: list[dict[str, Any]]
+    audio: list[Decoded]
+    uuids: list[str | None]
+
+
+@pytest.fixture
+def vllm_chat(
+    monkeypatch: pytest.MonkeyPatch, audio_dir: Path
+) -> Any:  # -> Callable[[dict], Awaitable[VllmResult]]
+    """Validate a chat body as vLLM does and load its audio with vLLM's parser and
+    MediaConnector; `--allowed-local-media-path` is the stub's (the audio root's parent)."""
+    monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", _Tracker)
+    model_config = SimpleNamespace(
+        multimodal_config=None,
+        allowed_local_media_path=str(audio_dir.parent),
+        allowed_media_domains=None,
+        hf_config=SimpleNamespace(),
+        is_multimodal_model=True,
+        enable_prompt_embeds=False,
+    )
+
+    async def run(body: dict[str, Any]) -> VllmResult:
+        request = ChatCompletionRequest.model_validate(body)
+        conversation, mm_data, mm_uuids = await chat_message.parse_chat_messages_async(
+            request.messages, model_config, "string"
+        )
+        audio = (mm_data or {}).get("audio", [])
+        return VllmResult(conversation, list(audio), list((mm_uuids or {}).get("audio", [])))
+
+    return run
+
+
+def vllm_decodes(path: Path) -> Decoded:
+    """vLLM's decoding of the original file (its AudioMediaIO, native rate, as it serves)."""
+    decoded: Decoded = AudioMediaIO().load_bytes(path.read_bytes())
+    return decoded
+
+
+def assert_same_samples(got: list[Decoded], paths: list[Path]) -> None:
+    assert len(got) == len(paths)
+    for (samples, rate), path in zip(got, paths, strict=True):
+        expected, expected_rate = vllm_decodes(path)
+        assert rate == expected_rate, path.name
+        assert samples.dtype == expected.dtype and numpy.array_equal(samples, expected), path.name
+
+
+# --- the clips, the sidechannel forms and the gateway variants -----------------------------
+
+
+@pytest.fixture
+def clips(audio_dir: Path) -> dict[str, Path]:
+    """WAV (16 kHz mono, 44.1 kHz stereo), FLAC, MP3 and Ogg Vorbis clips."""
+    rate = 44_100
+    t = numpy.arange(int(0.4 * rate)) / rate
+    stereo = numpy.stack([numpy.sin(2 * numpy.pi * 330 * t), numpy.sin(2 * numpy.pi * 550 * t)])
+    soundfile.write(audio_dir / "stereo44.wav", 0.3 * stereo.T, rate, subtype="PCM_16")
+    made = {"speech.wav": write_tone(audio_dir / "speech.wav", 0.6, 440.0)}
+    made["stereo44.wav"] = audio_dir / "stereo44.wav"
+    for name, kind in (("tone.flac", "FLAC"), ("tone.mp3", "MP3"), ("tone.ogg", "OGG")):
+        made[name] = write_encoded_tone(audio_dir / name, 0.5, 620.0, kind)
+    return made
+
+
+ALL_CLIPS = ["stereo44.wav", "tone.flac", "tone.mp3", "tone.ogg", "speech.wav"]
+WAV_MP3 = ["stereo44.wav", "tone.mp3", "speech.wav"]  # what input_audio may carry
+
+
+def data_uri(path: Path) -> str:
+    mime = {".wav": "audio/wav", ".flac": "audio/flac", ".mp3": "audio/mpeg"}[path.suffix]
+    return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
+
+
+def forms(names: list[str]) -> dict[str, tuple[dict[str, Any], list[str]]]:
+    """Every sidechannel form -> (metadata, the clips it carries, in order)."""
+    inline = "tone.flac" if "tone.flac" in names else "tone.mp3"
+    return {
+        "audio_path": ({"audio_path": names[-1]}, [names[-1]]),
+        "audio_paths": ({"audio_paths": names}, names),
+        "audio_paths-json": ({"audio_paths": json.dumps(names[:2])}, names[:2]),
+        "audio_data": ({"audio_data": inline}, [inline]),
+        "audio_url-legacy": ({"audio_url": "speech.wav"}, ["speech.wav"]),
+    }
+
+
+FORMS = list(forms(ALL_CLIPS))
+
+
+@dataclass(frozen=True)
+class Variant:
+    route: str  # the gateway route the client calls: "chat" or "responses"
+    sections: dict[str, Any] = field(default_factory=dict)
+    wav_mp3_only: bool = False  # the gateway refuses other containers as input_audio
+
+    @property
+    def part_uuid(self) -> bool:
+        return bool(self.sections.get("splice", {}).get("part_uuid"))
+
+
+INPUT_AUDIO = {"chat_part": "input_audio"}
+FILE_URL = {"mode": "file_url"}
+UUID = {"part_uuid": True}
+
+BRIDGE = {"audio": "chat_bridge"}
+RESPONSES_SPLICE = {"audio": "input_audio"}
+
+# Every [splice] and [responses] variant. A body that reaches /v1/chat/completions is judged
+# as chat, whatever route the client called (the bridge sends Responses rows there).
+VARIANTS: dict[str, Variant] = {
+    "chat/audio-url": Variant("chat"),
+    "chat/input-audio": Variant("chat", {"splice": INPUT_AUDIO}, wav_mp3_only=True),
+    "chat/file-url": Variant("chat", {"splice": FILE_URL}),
+    "chat/audio-url+uuid": Variant("chat", {"splice": UUID}),
+    "chat/input-audio+uuid": Variant("chat", {"splice": {**INPUT_AUDIO, **UUID}}, True),
+    "chat/file-url+uuid": Variant("chat", {"splice": {**FILE_URL, **UUID}}),
+    "chat/streamed": Variant("chat", {"cache": {"max_item_bytes": 1}}),
+    "responses/chat-bridge": Variant("responses", {"responses": BRIDGE}),
+    "responses/chat-bridge+input-audio": Variant(
+        "responses", {"responses": BRIDGE, "splice": INPUT_AUDIO}, wav_mp3_only=True
+    ),
+    "responses/chat-bridge+file-url+uuid": Variant(
+        "responses", {"responses": BRIDGE, "splice": {**FILE_URL, **UUID}}
+    ),
+    "responses/input-audio": Variant(
+        "responses", {"responses": RESPONSES_SPLICE}, wav_mp3_only=True
+    ),
+    "responses/file-url": Variant(
+        "responses", {"responses": RESPONSES_SPLICE, "splice": FILE_URL}, wav_mp3_only=True
+    ),
+}
+
+
+def resolve_metadata(metadata: dict[str, Any], clips: dict[str, Path]) -> dict[str, Any]:
+    """Inline forms carry the clip's bytes as a data URI, not its name."""
+    return {
+        key: data_uri(clips[value]) if key in ("audio_data", "audio_url") else value
+        for key, value in metadata.items()
+    }
+
+
+async def send(gateway: Any, variant: Variant, metadata: dict[str, Any]) -> Any:
+    if variant.route == "chat":
+        return await gateway.post("/v1/chat/completions", json=chat_body(metadata))
+    body = {"model": "stub-audio-model", "input": "Transcribe the audio.", "metadata": metadata}
+    return await gateway.post("/v1/responses", json=body)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", list(VARIANTS))
+async def test_vllm_accepts_and_decodes_what_the_gateway_sends(
+    make_gateway: GatewayFactory,
+    stub: StubState,
+    clips: dict[str, Path],
+    vllm_chat: Any,
+    name: str,
+    form: str,
+) -> None:
+    variant = VARIANTS[name]
+    metadata, carried = forms(WAV_MP3 if variant.wav_mp3_only else ALL_CLIPS)[form]
+    gateway = await make_gateway(**variant.sections)
+    response = await send(gateway, variant, resolve_metadata(metadata, clips))
+    received = stub.requests[-1]
+    body = json.loads(received.body)
+    paths = [clips[clip] for clip in carried]
+
+    if received.path == "/v1/responses":
+        # vLLM 0.33 validates Responses input with the openai SDK's types: a message part is
+        # input_text / input_image / input_file only. No audio part passes (issue #8).
+        with pytest.raises(ValidationError):
+            ResponsesRequest.model_validate(body)
+        return
+
+    assert received.path == "/v1/chat/completions"
+    assert response.status == 200, await response.text()
+    result = await vllm_chat(body)
+    assert_same_samples(result.audio, paths)
+    expected_uuids = [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+    assert result.uuids == (expected_uuids if variant.part_uuid else [None] * len(paths))
+    last = result.conversation[-1]
+    assert last["role"] == "user"
+    assert last["content"].endswith("Transcribe the audio.")  # the text stays after the audio
+    assert last["content"].count("<audio ") == len(paths)
+
+
+# --- what the gateway refuses, vLLM refuses -------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "ogg"])
+async def test_input_audio_formats_vllm_takes_are_the_ones_the_gateway_sends(
+    make_gateway: GatewayFactory,
+    stub: StubState,
+    clips: dict[str, Path],
+    vllm_chat: Any,
+    fmt: str,
+) -> None:
+    """A user message holding only an `input_audio` part with `format` outside the literal
+    fails vLLM's validation; the gateway refuses such a clip itself (400) instead."""
+    path = {"wav": clips["speech.wav"], "mp3": clips["tone.mp3"]}.get(fmt, clips["tone.flac"])
+    data = base64.b64encode(path.read_bytes()).decode()
+    part = {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+    body = {"model": "m", "messages": [{"role": "user", "content": [part]}]}
+    gateway = await make_gateway(splice=INPUT_AUDIO)
+    response = await gateway.post("/v1/chat/completions", json=chat_body({"audio_path": path.name}))
+    if fmt in ("wav", "mp3"):
+        assert_same_samples((await vllm_chat(body)).audio, [path])
+        assert response.status == 200, await response.text()
+        return
+    with pytest.raises(ValidationError, match="'wav' or 'mp3'"):
+        await vllm_chat(body)
+    error = await gateway_error(response, 400, "metadata.audio_path")
+    assert error["code"] == "unsupported_audio_format"
+
+
+@pytest.mark.parametrize(
+    ("clip", "code", "vllm_says"),
+    [
+        ("long.wav", "audio_too_long", "VLLM_MAX_AUDIO_DECODE_DURATION_S"),
+        ("bomb.flac", "audio_decode_too_large", "VLLM_MAX_AUDIO_DECODE_BYTES"),
+        ("ten-minutes.wav", None, None),
+    ],
+)
+async def test_the_gateways_decode_limits_are_vllms(
+    make_gateway: GatewayFactory,
+    stub: StubState,
+    audio_dir: Path,
+    clip: str,
+    code: str | None,
+    vllm_says: str | None,
+) -> None:
+    write_silence_wav(audio_dir / "long.wav", LIMIT_SECONDS + 1)
+    write_silence_wav(audio_dir / "ten-minutes.wav", LIMIT_SECONDS)
+    (audio_dir / "bomb.flac").write_bytes(flac_streaminfo_only(*BIG_DECODE))
+    gateway = await make_gateway()
+    response = await gateway.post("/v1/chat/completions", json=chat_body({"audio_path": clip}))
+    if code is None:
+        samples, rate = vllm_decodes(audio_dir / clip)
+        assert len(samples) / rate == LIMIT_SECONDS
+        assert response.status == 200, await response.text()
+        return
+    with pytest.raises(ValueError, match=vllm_says):
+        vllm_decodes(audio_dir / clip)
+    error = await gateway_error(response, 413, "metadata.audio_path")
+    assert error["code"] == code
+    assert stub.request_count == 0
+
+
+def test_vllms_default_audio_items_per_prompt_is_999() -> None:
+    """What the README says about `--limit-mm-per-prompt` (a model may cap it lower)."""
+    assert MultiModalConfig().get_limit_per_prompt("audio") == 999
