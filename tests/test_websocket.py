@@ -240,13 +240,15 @@ class TestCloses:
         await poll(lambda: stub.websocket_closes == [(1001, "client went away")])
 
     async def test_sessions_are_counted_and_open_ones_shown(self, gateway: Client) -> None:
-        async with gateway.ws_connect("/stub/ws/echo") as first:
-            async with gateway.ws_connect("/v1/realtime") as second:
-                await first.send_str("ping")
-                assert await first.receive_str(timeout=BOUND_SECONDS) == "ping"
-                await second.receive_json(timeout=BOUND_SECONDS)
-                samples = await gateway_metrics(gateway)
-                assert samples["audio_gateway_websocket_sessions"] == 2
+        async with (
+            gateway.ws_connect("/stub/ws/echo") as first,
+            gateway.ws_connect("/v1/realtime") as second,
+        ):
+            await first.send_str("ping")
+            assert await first.receive_str(timeout=BOUND_SECONDS) == "ping"
+            await second.receive_json(timeout=BOUND_SECONDS)
+            samples = await gateway_metrics(gateway)
+            assert samples["audio_gateway_websocket_sessions"] == 2
         sessions = 'audio_gateway_requests_total{route="websocket",status="101"}'
         deadline = asyncio.get_running_loop().time() + BOUND_SECONDS
         while (samples := await gateway_metrics(gateway)).get(sessions) != 2:  # ended, counted
