@@ -284,6 +284,33 @@ class TestRefusalsAndFailures:
         samples = await gateway_metrics(gateway)
         assert samples[f'audio_gateway_requests_total{{route="websocket",status="{status}"}}'] == 3
 
+    async def test_a_redirect_is_relayed_not_followed(self, make_gateway) -> None:
+        heads: list[bytes] = []
+
+        async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(
+                b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://elsewhere.test/v1/realtime"
+                b"\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nmoved"
+            )
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(redirect, "127.0.0.1", 0)
+        try:
+            port = server.sockets[0].getsockname()[1]
+            gateway = await make_gateway(upstream={"url": f"http://127.0.0.1:{port}"})
+            response = await gateway.get(
+                "/v1/realtime", headers=WS_HEADERS, allow_redirects=False
+            )
+            assert response.status == 307
+            assert response.headers["Location"] == "http://elsewhere.test/v1/realtime"
+            assert await response.text() == "moved"
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert len(heads) == 1 and heads[0].startswith(b"GET /v1/realtime HTTP/1.1")
+
     async def test_unreachable_upstream_is_502_json(self, make_gateway, stub: StubState) -> None:
         gateway = await make_gateway(upstream={"url": "http://127.0.0.1:9"})
         response = await gateway.get("/v1/realtime", headers=WS_HEADERS)

@@ -4,7 +4,8 @@ It parses chat-completions and Responses bodies the way vLLM's OpenAI server doe
 what vLLM would reject (unknown content parts, non-audio MIME types, bad base64, undecodable
 audio, `file://` outside its allowed media path, non-string Responses metadata), decodes every
 clip, and answers with what it got: per clip the sha256 of the decoded bytes, MIME type,
-size, duration and sample rate. Streams SSE when asked. Run alone with
+size, duration and sample rate. Streams SSE when asked; speaks vLLM's realtime WebSocket
+(`/v1/realtime`, see `realtime.py`). Run alone with
 `python -m gateway.stub_upstream --port 8000`.
 """
 
