@@ -22,6 +22,7 @@ import trustme
 import websockets
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestClient
+from blockbuster import blockbuster_ctx
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import ClientConnection
@@ -110,6 +111,23 @@ class TestRealtime:
         assert received["openai-beta"] == "realtime=v1"
         assert received["upgrade"].lower() == "websocket"  # the gateway's own handshake
         assert "sec-websocket-extensions" not in received  # per hop: nothing negotiated through
+
+    async def test_a_session_never_blocks_the_event_loop(
+        self, tls_stub: int, tls_ca: trustme.CA, audio_dir: Path, tmp_path: Path
+    ) -> None:
+        """Start-up, handshake and messages over TLS: blockbuster fails any blocking call it
+        can see on the loop (the CA file is read by OpenSSL, out of its sight: a thread does
+        that, by construction)."""
+        ca_file = tmp_path / "ca.pem"
+        tls_ca.cert_pem.write_to_path(str(ca_file))
+        with blockbuster_ctx():
+            gateway = await start_gateway(
+                f"https://127.0.0.1:{tls_stub}", audio_dir, ca_file=str(ca_file)
+            )
+            try:
+                await realtime_round_trip(gateway)
+            finally:
+                await gateway.close()
 
 
 class TestSubprotocols:
@@ -300,9 +318,7 @@ class TestRefusalsAndFailures:
         try:
             port = server.sockets[0].getsockname()[1]
             gateway = await make_gateway(upstream={"url": f"http://127.0.0.1:{port}"})
-            response = await gateway.get(
-                "/v1/realtime", headers=WS_HEADERS, allow_redirects=False
-            )
+            response = await gateway.get("/v1/realtime", headers=WS_HEADERS, allow_redirects=False)
             assert response.status == 307
             assert response.headers["Location"] == "http://elsewhere.test/v1/realtime"
             assert await response.text() == "moved"
