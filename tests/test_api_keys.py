@@ -195,7 +195,7 @@ class TestSecretsStaySecret:
         caplog.set_level(logging.DEBUG)
         secrets = [*KEYS, UPSTREAM_KEY]
         gateway: Client = await make_gateway(
-            server={"api_keys": KEYS, "access_log": True}, upstream={"api_key": UPSTREAM_KEY}
+            server={"api_keys": KEYS}, upstream={"api_key": UPSTREAM_KEY}
         )
         await gateway.get("/v1/models", headers=bearer("sk-wrong"))
         await gateway.post(CHAT, json=chat_body({"audio_path": "a.wav"}), headers=bearer(KEYS[0]))
