@@ -334,6 +334,26 @@ class TestRefusalsAndFailures:
         assert error["code"] == "upstream_unreachable"
         assert "127.0.0.1:9" in error["message"]
 
+    async def test_an_upstream_that_never_answers_the_upgrade_is_504(self, make_gateway) -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await reader.read()  # takes the request, never answers, until the gateway goes
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        try:
+            port = server.sockets[0].getsockname()[1]
+            gateway = await make_gateway(
+                upstream={"url": f"http://127.0.0.1:{port}", "read_timeout_seconds": 0.3}
+            )
+            response = await gateway.get("/v1/realtime", headers=WS_HEADERS)
+            error = await gateway_error(response, 504, None)
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert error["code"] == "upstream_timeout"
+
     async def test_a_broken_client_handshake_is_400_and_nothing_goes_upstream(
         self, gateway: Client, stub: StubState
     ) -> None:
