@@ -55,8 +55,11 @@ def _comma_tokens(values: Iterable[str]) -> list[str]:
 
 
 def is_websocket_upgrade(request: web.BaseRequest) -> bool:
-    upgrade = _comma_tokens(request.headers.getall("Upgrade", ()))
-    return request.method == "GET" and "websocket" in (token.lower() for token in upgrade)
+    """A GET asking for `Upgrade: websocket` (checked on every passthrough request: cheap first)."""
+    if "Upgrade" not in request.headers or request.method != "GET":
+        return False
+    upgrade = _comma_tokens(request.headers.getall("Upgrade"))
+    return "websocket" in (token.lower() for token in upgrade)
 
 
 def requested_protocols(request: web.BaseRequest) -> tuple[str, ...]:
