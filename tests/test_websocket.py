@@ -112,23 +112,6 @@ class TestRealtime:
         assert received["upgrade"].lower() == "websocket"  # the gateway's own handshake
         assert "sec-websocket-extensions" not in received  # per hop: nothing negotiated through
 
-    async def test_a_session_never_blocks_the_event_loop(
-        self, tls_stub: int, tls_ca: trustme.CA, audio_dir: Path, tmp_path: Path
-    ) -> None:
-        """Start-up, handshake and messages over TLS: blockbuster fails any blocking call it
-        can see on the loop (the CA file is read by OpenSSL, out of its sight: a thread does
-        that, by construction)."""
-        ca_file = tmp_path / "ca.pem"
-        tls_ca.cert_pem.write_to_path(str(ca_file))
-        with blockbuster_ctx():
-            gateway = await start_gateway(
-                f"https://127.0.0.1:{tls_stub}", audio_dir, ca_file=str(ca_file)
-            )
-            try:
-                await realtime_round_trip(gateway)
-            finally:
-                await gateway.close()
-
 
 class TestSubprotocols:
     async def test_the_upstreams_choice_reaches_both_clients(
@@ -435,18 +418,22 @@ class TestUpstreamForms:
         assert state.requests[-1].path == "/v1/realtime"
         assert state.requests[-1].headers["Host"] == "localhost"
 
-    async def test_tls_upstream_with_a_private_ca(
+    async def test_tls_upstream_with_a_private_ca_never_blocking_the_loop(
         self, tls_stub: int, tls_ca: trustme.CA, audio_dir: Path, tmp_path: Path
     ) -> None:
+        """Start-up, handshake and messages over TLS: blockbuster fails any blocking call it
+        can see on the loop (OpenSSL reads the CA file out of its sight: a thread does that,
+        by construction)."""
         ca_file = tmp_path / "ca.pem"
         tls_ca.cert_pem.write_to_path(str(ca_file))
-        gateway = await start_gateway(
-            f"https://127.0.0.1:{tls_stub}", audio_dir, ca_file=str(ca_file)
-        )
-        try:
-            await realtime_round_trip(gateway)
-        finally:
-            await gateway.close()
+        with blockbuster_ctx():
+            gateway = await start_gateway(
+                f"https://127.0.0.1:{tls_stub}", audio_dir, ca_file=str(ca_file)
+            )
+            try:
+                await realtime_round_trip(gateway)
+            finally:
+                await gateway.close()
 
     async def test_tls_upstream_with_the_wrong_ca_is_502(
         self, tls_stub: int, audio_dir: Path, tmp_path: Path
