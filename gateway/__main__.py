@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from typing import Any
 
@@ -34,6 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="override [server] port")
     serve.add_argument("--upstream", metavar="URL", help="override [upstream] url")
     serve.add_argument("--audio-root", metavar="DIR", help="override [audio] root")
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="accept this key on /v1 (repeatable; adds to [server] api_keys and "
+        "AUDIO_GATEWAY_API_KEYS, which keeps it out of the process list)",
+    )
     serve.add_argument("--log-level", default="INFO")
 
     demo = commands.add_parser(
@@ -71,10 +80,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def serve_config(args: argparse.Namespace) -> Config:
+    """The file, then the environment's secrets, then the flags (`--api-key` adds keys)."""
     config = load_config(args.config)
     try:
+        config = config.with_environment(os.environ)
+    except ValidationError as exc:
+        raise ConfigError(f"environment: {describe_validation_error(exc)}") from exc
+    api_keys = [*config.server.api_keys, *args.api_key] if args.api_key else None
+    try:
         return config.with_overrides(
-            server={"host": args.host, "port": args.port},
+            server={"host": args.host, "port": args.port, "api_keys": api_keys},
             upstream={"url": args.upstream},
             audio={"root": args.audio_root},
         )
@@ -91,10 +106,13 @@ def serve(config: Config) -> None:
             roots or "(no roots configured)",
         )
     log.info(
-        "audio-gateway on http://%s:%d -> %s",
+        "audio-gateway on http://%s:%d -> %s; %s",
         config.server.host,
         config.server.port,
         config.upstream.url,
+        f"{len(config.server.api_keys)} API key(s) required on /v1"
+        if config.server.api_keys
+        else "no API keys: /v1 is open",
     )
     tune_garbage_collector()
     run_kwargs: dict[str, Any] = {}

@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from . import __version__
 from .audio import PathPolicy
+from .auth import ApiKeys, require_api_key, with_upstream_key
 from .body import SegmentedPayload
 from .bridge import responses_to_chat
 from .bridge_relay import relay_bridged
@@ -42,6 +44,7 @@ from .relay import (
 from .sidechannel import carries_sidechannel
 from .speech import SpeechUploads
 from .upstream import UpstreamPool
+from .websocket import WebSocketRelay, WebSocketUpgrades
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ metrics_key = web.AppKey("metrics_key", GatewayMetrics)
 upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
 speech_key = web.AppKey("speech_key", SpeechUploads)
+websocket_relay_key = web.AppKey("websocket_relay_key", WebSocketRelay)
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away before the answer
 
@@ -57,14 +61,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def create_app(config: Config) -> web.Application:
-    app = web.Application(
-        client_max_size=config.server.max_body_bytes,
-        middlewares=[errors_as_json],
-    )
+    middlewares: list[Middleware] = [errors_as_json]
+    if api_keys := ApiKeys(config.server.api_keys):  # checked before a handler reads a body
+        middlewares.append(require_api_key(api_keys))
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[config_key] = config
     app[metrics_key] = GatewayMetrics()
     app.cleanup_ctx.append(upstream_pool)
     app.cleanup_ctx.append(rewrite_pipeline)
+    app.cleanup_ctx.append(websocket_relay)
 
     chat_shape = CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
     app.router.add_get("/gateway/health", health, name="gateway_health")
@@ -77,6 +82,8 @@ def create_app(config: Config) -> web.Application:
     app.router.add_post("/v1/responses", responses, name="responses")
     app.router.add_post("/v1/audio/transcriptions", speech, name="transcriptions")
     app.router.add_post("/v1/audio/translations", speech, name="translations")
+    app.router.register_resource(websockets := WebSocketUpgrades(name="websocket"))
+    websockets.add_route("GET", websocket)
     app.router.add_route("*", "/{tail:.*}", passthrough, name="passthrough")
     return app
 
@@ -103,6 +110,12 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     )
     yield
     pipeline.resolver.close()
+
+
+async def websocket_relay(app: web.Application) -> AsyncIterator[None]:
+    app[websocket_relay_key] = await WebSocketRelay.open(app[config_key].upstream, app[metrics_key])
+    yield
+    await app[websocket_relay_key].close()
 
 
 def rewriting(shape: RouteShape) -> Handler:
@@ -180,10 +193,18 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     return await _relay(request, headers=headers, body=body, content_length=length)
 
 
-async def _relay(request: web.Request, **kwargs: Any) -> web.StreamResponse:
+async def websocket(request: web.Request) -> web.StreamResponse:
+    """An `Upgrade: websocket` request on any other path: relayed as a WebSocket session."""
+    return await request.app[websocket_relay_key].relay(request)
+
+
+async def _relay(
+    request: web.Request, *, headers: list[tuple[str, str]], **kwargs: Any
+) -> web.StreamResponse:
     app = request.app
     pool = app[upstream_key]
-    return await relay(request, pool, upstream_target(pool, request), **kwargs)
+    headers = with_upstream_key(headers, app[config_key].upstream.api_key)
+    return await relay(request, pool, upstream_target(pool, request), headers=headers, **kwargs)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -240,4 +261,6 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
 def _error_response(error: GatewayError, status: int | None = None) -> web.Response:
     if error.status >= 500:
         log.warning("%s: %s", error.code, error.message)
-    return web.json_response(error.to_json(), status=status or error.status)
+    return web.json_response(
+        error.to_json(), status=status or error.status, headers=error.response_headers or None
+    )

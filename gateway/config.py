@@ -1,16 +1,27 @@
 """The TOML configuration, validated by frozen pydantic models.
 
 Unknown keys are errors naming the key; sizes are integers of bytes or strings like "25MiB".
+API keys are `SecretStr`s: no repr, dump or error message shows them.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 
 from .origin import OriginError, UpstreamOrigin, parse_origin
 
@@ -43,9 +54,30 @@ def parse_byte_size(value: Any) -> Any:
 
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size), Field(ge=0)]
 
+API_KEYS_ENV = "AUDIO_GATEWAY_API_KEYS"  # comma-separated; added to server.api_keys
+UPSTREAM_API_KEY_ENV = "AUDIO_GATEWAY_UPSTREAM_API_KEY"  # replaces upstream.api_key
+# Printable ASCII minus space (a Bearer credential has none) and comma (the env separator).
+_KEY_PATTERN = re.compile(r"[\x21-\x2b\x2d-\x7e]+")
+
+
+def _check_api_key(key: SecretStr) -> SecretStr:
+    """A key a client can send in `Authorization: Bearer <key>`; the error never shows it."""
+    if not _KEY_PATTERN.fullmatch(key.get_secret_value()):
+        raise ValueError("an API key must be non-empty printable ASCII without spaces or commas")
+    return key
+
+
+def _check_optional_api_key(key: SecretStr) -> SecretStr:
+    return _check_api_key(key) if key.get_secret_value() else key
+
+
+ApiKey = Annotated[SecretStr, AfterValidator(_check_api_key)]
+OptionalApiKey = Annotated[SecretStr, AfterValidator(_check_optional_api_key)]
+
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a ValidationError printed anywhere must not show an API key.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class ServerConfig(_Section):
@@ -55,6 +87,7 @@ class ServerConfig(_Section):
     access_log: bool = False
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     malloc_tuning: bool = True
+    api_keys: list[ApiKey] = []
 
 
 class UpstreamConfig(_Section):
@@ -63,6 +96,7 @@ class UpstreamConfig(_Section):
     connect_timeout_seconds: float = Field(10.0, gt=0)
     read_timeout_seconds: float = Field(600.0, gt=0)
     max_connections: int = Field(512, ge=0)
+    api_key: OptionalApiKey = SecretStr("")
 
     @field_validator("url")
     @classmethod
@@ -144,6 +178,15 @@ class Config(_Section):
         for section, values in sections.items():
             data[section].update({k: v for k, v in values.items() if v is not None})
         return Config.model_validate(data)
+
+    def with_environment(self, environ: Mapping[str, str]) -> Config:
+        """A copy with the secrets kept out of files: `AUDIO_GATEWAY_API_KEYS` (comma-separated)
+        extends `server.api_keys`; `AUDIO_GATEWAY_UPSTREAM_API_KEY` overrides `upstream.api_key`."""
+        added = [key.strip() for key in environ.get(API_KEYS_ENV, "").split(",") if key.strip()]
+        return self.with_overrides(
+            server={"api_keys": [*self.server.api_keys, *added] if added else None},
+            upstream={"api_key": environ.get(UPSTREAM_API_KEY_ENV) or None},
+        )
 
 
 class ConfigError(Exception):

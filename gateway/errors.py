@@ -2,6 +2,7 @@
 
     GatewayError                      500 server_error
     ├── InvalidRequest                400 invalid_request_error
+    ├── AuthenticationFailed          401 authentication_error
     ├── AudioOutsideRoots             403 permission_error
     ├── AudioNotFound                 404 not_found_error
     ├── AudioFileChanged              409 conflict_error
@@ -24,6 +25,7 @@ class GatewayError(Exception):
 
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
+    response_headers: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, message: str, *, param: str | None = None, code: str = "internal_error"):
         super().__init__(message)
@@ -45,6 +47,14 @@ class GatewayError(Exception):
 class InvalidRequest(GatewayError):
     status = 400
     error_type = "invalid_request_error"
+
+
+class AuthenticationFailed(GatewayError):
+    """A /v1 request without one of `server.api_keys`; the message never repeats what was sent."""
+
+    status = 401
+    error_type = "authentication_error"
+    response_headers = (("WWW-Authenticate", "Bearer"),)  # RFC 9110: a 401 names its scheme
 
 
 class AudioOutsideRoots(GatewayError):

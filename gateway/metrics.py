@@ -45,6 +45,11 @@ class GatewayMetrics:
             ["route", "status"],
             registry=registry,
         )
+        self.websocket_sessions = Gauge(
+            "audio_gateway_websocket_sessions",
+            "WebSocket sessions relayed to the upstream that are open now.",
+            registry=registry,
+        )
         self.added_latency = Histogram(
             "audio_gateway_added_latency_seconds",
             "Time the gateway spends on a rewritten request before handing it to the upstream "

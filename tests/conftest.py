@@ -101,6 +101,7 @@ def chat_body(metadata: dict[str, Any] | None = None, **extra: Any) -> dict[str,
 
 ERROR_TYPE_BY_STATUS = {
     400: "invalid_request_error",
+    401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",

@@ -8,8 +8,9 @@ or VLLM_MAX_AUDIO_DECODE_BYTES read from its header as vLLM's soundfile loader r
 audio part in Responses input unless `responses_accept_audio`), decodes every clip, and
 answers with what it got: per clip the sha256 of the decoded bytes, MIME type, size, duration
 and sample rate. Chat answers honour `max_tokens` (a word a token) and carry `reasoning` when
-the `X-Stub-Reasoning` header gives it. Streams SSE when asked. The speech-to-text routes read
-their multipart form as vLLM's FastAPI handler does (`speech.py`). Run alone with
+the `X-Stub-Reasoning` header gives it. Streams SSE when asked; speaks vLLM's realtime
+WebSocket (`/v1/realtime`, see `realtime.py`). The speech-to-text routes read their multipart
+form as vLLM's FastAPI handler does (`speech.py`). Run alone with
 `python -m gateway.stub_upstream --port 8000`.
 """
 

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .media import ClipReport, StubRejection
 from .parts import chat_message_clips, responses_item_clips
+from .realtime import echo_session, realtime
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 
@@ -42,6 +43,8 @@ def create_stub_app(
     app.router.add_get("/health", vllm_health)
     app.router.add_get("/metrics", vllm_metrics)
     app.router.add_post("/tokenize", tokenize)
+    app.router.add_get("/v1/realtime", realtime)
+    app.router.add_get("/stub/ws/echo", echo_session)
     app.router.add_get("/stub/hang", hang)
     app.router.add_get("/stub/slow", slow)
     app.router.add_route("*", "/stub/status/{code}", status)

@@ -30,6 +30,9 @@ class StubState:
     streams_finished: int = 0
     cancelled: int = 0
     hold: asyncio.Event = field(default_factory=asyncio.Event)
+    websocket_sessions: int = 0
+    # per ended WebSocket session: the close code and reason the stub received (None: none came)
+    websocket_closes: list[tuple[int | None, str]] = field(default_factory=list)
 
 
 stub_state_key = web.AppKey("stub_state_key", StubState)
