@@ -151,7 +151,10 @@ def bridging(shape: RouteShape) -> Handler:
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         if bridged is None or not isinstance(payload, SegmentedPayload):
             return await _relay(request, headers=request_headers_for_upstream(request), body=raw)
-        headers = request_headers_for_upstream(request, json_body=True)
+        headers = with_upstream_key(
+            request_headers_for_upstream(request, json_body=True),
+            request.app[config_key].upstream.api_key,
+        )
         try:
             return await relay_bridged(
                 request, request.app[upstream_key], headers=headers, body=payload, bridged=bridged

@@ -162,10 +162,16 @@ class TestUpstreamKey:
         )
         sent = {"Authorization": f"Bearer {KEYS[0]}", "X-Trace": "t-1"}
         await gateway.post(CHAT, json=chat_body({"audio_path": "a.wav"}), headers=sent)
+        bridged = {"model": "m", "input": "Q", "metadata": {"audio_path": "a.wav"}}
+        await gateway.post("/v1/responses", json=bridged, headers=sent)
+        transcription = {"model": "m", "metadata": {"audio_path": "a.wav"}}
+        await gateway.post("/v1/audio/transcriptions", json=transcription, headers=sent)
         await gateway.post("/v1/completions", json={"prompt": "hi"}, headers=sent)
         async with gateway.ws_connect("/v1/realtime", headers=sent) as ws:
             await ws.receive_json(timeout=BOUND_SECONDS)
-        assert len(stub.requests) == 3
+        assert [r.path for r in stub.requests] == [
+            CHAT, CHAT, "/v1/audio/transcriptions", "/v1/completions", "/v1/realtime"
+        ]  # fmt: skip
         for received in stub.requests:
             authorizations = [
                 v for k, v in received.headers.items() if k.lower() == "authorization"
