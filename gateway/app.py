@@ -28,6 +28,9 @@ from .relay import (
     request_headers_for_upstream,
     upstream_target,
 )
+from .sources.names import ObjectPolicy
+from .sources.objects import ObjectSources
+from .sources.s3 import S3Client
 from .upstream import UpstreamPool
 
 log = logging.getLogger(__name__)
@@ -76,10 +79,24 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
         encode=config.splice.mode == "data_uri",
         digest=config.splice.part_uuid,
     )
-    pipeline = RewritePipeline(config.splice, config.audio, policy, store)
+    objects = await asyncio.to_thread(object_sources, config, app[metrics_key])
+    pipeline = RewritePipeline(config.splice, config.audio, policy, store, objects)
     app[pipeline_key] = pipeline
     yield
     pipeline.resolver.close()
+
+
+def object_sources(config: Config, metrics: GatewayMetrics) -> ObjectSources:
+    """Blocking (the credential chain may ask the instance metadata service): the object
+    policy of `audio`, and a store client for every bucket it allows."""
+    policy = ObjectPolicy(config.audio.object_root(), config.audio.object_roots())
+    return ObjectSources(
+        policy,
+        S3Client(config.storage.s3, policy.buckets, metrics),
+        config.storage.s3,
+        max_file_bytes=config.audio.max_file_bytes,
+        max_duration_seconds=config.audio.max_duration_seconds,
+    )
 
 
 def rewriting(shape: RouteShape) -> Handler:

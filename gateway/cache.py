@@ -1,22 +1,24 @@
 """The encoded-audio store: a byte-bounded LRU with single-flight loading.
 
-Keys are (real path, st_mtime_ns, st_size): a rewritten file is a new key, an unchanged one is
-never read again while its entry lives. Concurrent requests for one uncached clip share one
+Keys are each source's content identity ((real path, st_mtime_ns, st_size) for a file; bucket,
+key, ETag and size for an object): a rewritten file is a new key, an unchanged one is never
+read again while its entry lives. Concurrent requests for one uncached clip share one
 read and encode. Only the event loop touches the cache, so it needs no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
 
 from cachetools import LRUCache
 
-from .audio import ResolvedClip
 from .config import CacheConfig
-from .encoder import EncodedAudio, StreamedAudio, base64_size, encode_clip, open_streamed_clip
+from .encoder import EncodedAudio, StreamedAudio
 from .metrics import GatewayMetrics
+from .sources import AudioSource
 
-CacheKey = tuple[str, int, int]
+CacheKey = Hashable
 
 
 class AudioStore:
@@ -35,7 +37,7 @@ class AudioStore:
         self._lru: LRUCache[CacheKey, EncodedAudio] = LRUCache(
             maxsize=max(config.max_bytes, 1), getsizeof=lambda entry: entry.nbytes
         )
-        self._key_by_path: dict[str, CacheKey] = {}
+        self._key_by_path: dict[Hashable, CacheKey] = {}  # by source identity
         self._inflight: dict[CacheKey, asyncio.Task[EncodedAudio]] = {}
         metrics.cache_bytes.set_function(lambda: self.bytes)
         metrics.cache_entries.set_function(lambda: self.entries)
@@ -48,11 +50,11 @@ class AudioStore:
     def entries(self) -> int:
         return len(self._lru)
 
-    async def get(self, clip: ResolvedClip) -> EncodedAudio | StreamedAudio:
-        if self._encode and base64_size(clip.size) > self.max_item_bytes:
+    async def get(self, clip: AudioSource) -> EncodedAudio | StreamedAudio:
+        if self._encode and clip.encoded_size > self.max_item_bytes:
             self._metrics.cache_misses.inc()
             self._metrics.encoded_bytes.inc(clip.size)
-            return await open_streamed_clip(clip, digest=self._digest)
+            return await clip.open_stream(digest=self._digest)
         if not self.enabled:
             self._metrics.cache_misses.inc()
             return await self._load(clip)
@@ -72,20 +74,20 @@ class AudioStore:
         # shield: a cancelled requester must not cancel the load the others wait on.
         return await asyncio.shield(task)
 
-    async def _load(self, clip: ResolvedClip) -> EncodedAudio:
-        entry = await encode_clip(clip, encode=self._encode, digest=self._digest)
-        if self._encode:
+    async def _load(self, clip: AudioSource) -> EncodedAudio:
+        entry = await clip.load(encode=self._encode, digest=self._digest)
+        if self._encode and clip.encoded_size:
             self._metrics.encoded_bytes.inc(clip.size)
         return entry
 
-    async def _load_and_store(self, key: CacheKey, clip: ResolvedClip) -> EncodedAudio:
+    async def _load_and_store(self, key: CacheKey, clip: AudioSource) -> EncodedAudio:
         entry = await self._load(clip)
-        stale_key = self._key_by_path.get(key[0])
+        stale_key = self._key_by_path.get(clip.identity)
         if stale_key is not None and stale_key != key:
             self._lru.pop(stale_key, None)  # the file was rewritten: its old encoding is dead
         try:
             self._lru[key] = entry
-            self._key_by_path[key[0]] = key
+            self._key_by_path[clip.identity] = key
         except ValueError:
             pass  # larger than the whole budget: served, not cached
         self._prune_path_index()

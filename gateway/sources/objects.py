@@ -1,0 +1,223 @@
+"""Object clips: the `AudioSource` of one object, and the lookup that makes them.
+
+`ObjectSources.source(ref)` checks the name (400/403), HEADs the object for its identity
+(bucket, key, ETag, size) and size limit (413 before any GET), and returns an `ObjectClip`
+that the cache keys by that identity. With `revalidate = false` an object HEADed before is
+trusted as it was: no request reaches the store for a clip the cache still holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
+
+import pybase64
+from cachetools import LRUCache
+
+from ..config import S3Config
+from ..durations import HEADER_BYTES, check_duration, read_header
+from ..encoder import READ_CHUNK_BYTES, EncodedAudio, StreamedAudio, base64_size
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..formats import SNIFF_BYTES, SUPPORTED_EXTENSIONS, sniff_mime
+from ..sidechannel import PathAudio
+from .names import ObjectName, ObjectPolicy
+from .s3 import ObjectInfo, S3Client
+
+KNOWN_OBJECTS = 65_536  # identities remembered for revalidate = false (a few MB at most)
+
+
+class ObjectSources:
+    """Turns object references into checked `ObjectClip`s."""
+
+    def __init__(
+        self,
+        policy: ObjectPolicy,
+        client: S3Client,
+        config: S3Config,
+        *,
+        max_file_bytes: int,
+        max_duration_seconds: float,
+    ) -> None:
+        self.policy = policy
+        self.client = client
+        self.revalidate = config.revalidate
+        self.max_file_bytes = max_file_bytes
+        self.max_duration_seconds = max_duration_seconds
+        self._known: LRUCache[ObjectName, ObjectInfo] = LRUCache(maxsize=KNOWN_OBJECTS)
+
+    async def source(self, ref: PathAudio, *, presigned: bool) -> ObjectClip:
+        """The checked clip of `ref`; with `presigned`, one that goes upstream as a URL."""
+        name = self.policy.resolve(ref)
+        info = None if self.revalidate else self._known.get(name)
+        if info is None:
+            info = await self.client.head(name, ref)
+            self._known[name] = info
+        if info.size > self.max_file_bytes:
+            raise PayloadTooLarge(
+                f"{ref.label}: {ref.given!r} is {info.size} bytes, over the limit of "
+                f"{self.max_file_bytes} bytes (audio.max_file_bytes)",
+                param=ref.param,
+                code="audio_too_large",
+            )
+        return ObjectClip(ref, info, self, presigned=presigned)
+
+
+class ObjectClip:
+    """One object as an `AudioSource`. A presigned clip needs only its first bytes (sniffing,
+    the duration header): vLLM fetches the rest itself."""
+
+    def __init__(
+        self, ref: PathAudio, info: ObjectInfo, sources: ObjectSources, *, presigned: bool
+    ) -> None:
+        self.ref = ref
+        self.info = info
+        self.presigned = presigned
+        self._sources = sources
+        self._client = sources.client
+
+    @property
+    def cache_key(self) -> Hashable:
+        return (*self.info.cache_key, "url" if self.presigned else "bytes")
+
+    @property
+    def identity(self) -> Hashable:
+        return (self.info.name, self.presigned)
+
+    @property
+    def size(self) -> int:
+        return self.info.size
+
+    @property
+    def encoded_size(self) -> int:
+        return 0 if self.presigned else base64_size(self.info.size)
+
+    async def load(self, *, encode: bool, digest: bool) -> EncodedAudio:
+        if self.presigned:
+            encode = False
+        if not (encode or digest):
+            head = await self._client.read(self.info, self.ref, HEADER_BYTES)
+            return EncodedAudio(self._checked_mime(head), (), None)
+        hasher = hashlib.sha256() if digest else None
+        pieces: list[bytes] = []
+        mime = ""
+        async for chunk in self._aligned_chunks():
+            mime = mime or self._checked_mime(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
+            if encode:
+                pieces.append(pybase64.b64encode(chunk))
+        mime = mime or self._checked_mime(b"")  # an empty object: "not audio"
+        return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None)
+
+    async def open_stream(self, *, digest: bool) -> StreamedAudio:
+        sha256 = await self._sha256() if digest else None
+        chunks = self._aligned_chunks()
+        try:
+            head = await anext(chunks, b"")
+            mime = self._checked_mime(head)
+        except BaseException:
+            await chunks.aclose()
+            raise
+        return StreamedObject(self.info.size, head, chunks, mime, sha256)
+
+    async def upstream_url(self) -> str | None:
+        if not self.presigned:
+            return None
+        return await self._client.presign(self.info.name, self.ref)
+
+    async def _sha256(self) -> str:
+        hasher = hashlib.sha256()
+        async for chunk in self._client.stream(self.info, self.ref, chunk_bytes=READ_CHUNK_BYTES):
+            hasher.update(chunk)
+        return hasher.hexdigest()
+
+    def _aligned_chunks(self) -> AsyncGenerator[bytes, None]:
+        """The object in chunks of whole multiples of 3 bytes but the last (base64 pieces
+        concatenate), the first at least `HEADER_BYTES` when the object is that long."""
+        stream = self._client.stream(self.info, self.ref, chunk_bytes=READ_CHUNK_BYTES)
+        return align_to_three(stream)
+
+    def _checked_mime(self, head: bytes | memoryview) -> str:
+        """The sniffed MIME type; 400 for no audio, 413 past `audio.max_duration_seconds`."""
+        ref = self.ref
+        mime = sniff_mime(bytes(head[:SNIFF_BYTES]), ref.claimed_mime)
+        if mime is None:
+            raise InvalidRequest(
+                f"{ref.label}: {ref.given!r} is not an audio file (no {SUPPORTED_EXTENSIONS} "
+                "container signature in its first bytes)",
+                param=ref.param,
+                code="not_audio",
+            )
+        header = read_header(bytes(head[:HEADER_BYTES]), self.info.size)
+        check_duration(
+            header,
+            self._sources.max_duration_seconds,
+            label=ref.label,
+            given=ref.given,
+            param=ref.param,
+        )
+        return mime
+
+
+class StreamedObject(StreamedAudio):
+    """An object's base64 produced while the upstream body is written: one GET in flight,
+    one chunk in memory."""
+
+    def __init__(
+        self,
+        size: int,
+        head: bytes,
+        rest: AsyncGenerator[bytes, None],
+        mime: str,
+        sha256: str | None,
+    ) -> None:
+        self.mime = mime
+        self.sha256 = sha256
+        self.nbytes = base64_size(size)
+        self._first: bytes | None = head
+        self._rest = rest
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield pybase64.b64encode(first)
+        async for chunk in self._rest:
+            yield pybase64.b64encode(chunk)
+
+    async def aclose(self) -> None:
+        self._first = None
+        await self._rest.aclose()
+
+
+async def align_to_three(
+    chunks: AsyncGenerator[memoryview, None],
+) -> AsyncGenerator[bytes, None]:
+    """Re-cut `chunks` so every piece but the last is a multiple of 3 bytes long."""
+    aligner = ThreeAligner()
+    try:
+        async for chunk in chunks:
+            piece = aligner.feed(chunk)
+            if piece:
+                yield piece
+        tail = aligner.finish()
+        if tail:
+            yield tail
+    finally:
+        await chunks.aclose()
+
+
+class ThreeAligner:
+    """Pure: carries the 0-2 bytes past the last multiple of 3 into the next chunk."""
+
+    def __init__(self) -> None:
+        self._carry = b""
+
+    def feed(self, chunk: bytes | memoryview) -> bytes:
+        data = self._carry + bytes(chunk) if self._carry else bytes(chunk)
+        cut = len(data) - len(data) % 3
+        self._carry = data[cut:]
+        return data[:cut]
+
+    def finish(self) -> bytes:
+        tail, self._carry = self._carry, b""
+        return tail
