@@ -67,8 +67,14 @@ class S3Client:
         self._metrics = metrics
 
     async def head(self, name: ObjectName, ref: PathAudio) -> ObjectInfo:
-        async with self._request("head", name, ref):
-            meta = await obstore.head_async(self._stores[name.bucket], name.key)
+        try:
+            async with self._request("head", name, ref):
+                meta = await obstore.head_async(self._stores[name.bucket], name.key)
+        except AudioStorageError:
+            # A HEAD's error has no body to name the store's code (InvalidAccessKeyId, ...):
+            # a one-byte GET asks again, and its error, code included, is the one raised.
+            await self.read(ObjectInfo(name, "", 1), ref, 1)
+            raise
         return ObjectInfo(name, meta["e_tag"] or "", int(meta["size"]))
 
     async def read(self, info: ObjectInfo, ref: PathAudio, length: int | None = None) -> bytes:
@@ -155,7 +161,7 @@ class S3Client:
                 param=ref.param,
                 code="audio_storage_timeout",
             ) from None
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):
             raise AudioNotFound(
                 f"{ref.label}: audio object {ref.given!r} ({name.url}) does not exist",
                 param=ref.param,

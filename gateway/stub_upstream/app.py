@@ -13,19 +13,29 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .media import ClipReport, StubRejection
+from .media import AUDIO_FETCH_TIMEOUT_SECONDS, ClipReport, StubRejection
 from .parts import chat_message_clips, responses_item_clips
 from .state import ReceivedRequest, StubState, stub_state_key
 
 
 def create_stub_app(
-    allowed_local_media_path: str | None = None, *, record: bool = True
+    allowed_local_media_path: str | None = None,
+    *,
+    record: bool = True,
+    allowed_media_domains: list[str] | None = None,
 ) -> web.Application:
+    """`allowed_media_domains` is vLLM's --allowed-media-domains (None: any host); the fetch
+    timeout is VLLM_AUDIO_FETCH_TIMEOUT from the environment, as vLLM reads it."""
     app = web.Application(client_max_size=2 * 1024**3, middlewares=[_count])
+    timeout = float(os.environ.get("VLLM_AUDIO_FETCH_TIMEOUT", AUDIO_FETCH_TIMEOUT_SECONDS))
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
         if allowed_local_media_path
         else None,
+        allowed_media_domains=tuple(allowed_media_domains)
+        if allowed_media_domains is not None
+        else None,
+        audio_fetch_timeout_seconds=timeout,
         record=record,
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -306,8 +316,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--allowed-local-media-path", default=None)
+    parser.add_argument("--allowed-media-domains", nargs="+", default=None)
     args = parser.parse_args(argv)
-    app = create_stub_app(args.allowed_local_media_path, record=False)
+    app = create_stub_app(
+        args.allowed_local_media_path,
+        record=False,
+        allowed_media_domains=args.allowed_media_domains,
+    )
     web.run_app(
         app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None
     )

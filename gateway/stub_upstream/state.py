@@ -19,6 +19,8 @@ class ReceivedRequest:
 @dataclass
 class StubState:
     allowed_local_media_path: str | None = None
+    allowed_media_domains: tuple[str, ...] | None = None  # None: any host (vLLM's default)
+    audio_fetch_timeout_seconds: float = 10.0
     record: bool = True
     requests: list[ReceivedRequest] = field(default_factory=list)
     request_count: int = 0
