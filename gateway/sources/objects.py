@@ -23,6 +23,7 @@ from ..sidechannel import PathAudio
 from .names import ObjectName, ObjectPolicy
 from .s3 import ObjectInfo, S3Client
 
+STREAM_CHUNK_BYTES = 1024 * 1024  # a streamed GET's chunks: small, for a flat peak RSS
 KNOWN_OBJECTS = 65_536  # identities remembered for revalidate = false (a few MB at most)
 
 
@@ -100,7 +101,7 @@ class ObjectClip:
         hasher = hashlib.sha256() if digest else None
         pieces: list[bytes] = []
         mime = ""
-        async for chunk in self._aligned_chunks():
+        async for chunk in self._aligned_chunks(READ_CHUNK_BYTES):
             mime = mime or self._checked_mime(chunk)
             if hasher is not None:
                 hasher.update(chunk)
@@ -111,7 +112,7 @@ class ObjectClip:
 
     async def open_stream(self, *, digest: bool) -> StreamedAudio:
         sha256 = await self._sha256() if digest else None
-        chunks = self._aligned_chunks()
+        chunks = self._aligned_chunks(STREAM_CHUNK_BYTES)
         try:
             head = await anext(chunks, b"")
             mime = self._checked_mime(head)
@@ -127,14 +128,14 @@ class ObjectClip:
 
     async def _sha256(self) -> str:
         hasher = hashlib.sha256()
-        async for chunk in self._client.stream(self.info, self.ref, chunk_bytes=READ_CHUNK_BYTES):
+        async for chunk in self._client.stream(self.info, self.ref, chunk_bytes=STREAM_CHUNK_BYTES):
             hasher.update(chunk)
         return hasher.hexdigest()
 
-    def _aligned_chunks(self) -> AsyncGenerator[bytes, None]:
+    def _aligned_chunks(self, chunk_bytes: int) -> AsyncGenerator[bytes | memoryview, None]:
         """The object in chunks of whole multiples of 3 bytes but the last (base64 pieces
         concatenate), the first at least `HEADER_BYTES` when the object is that long."""
-        stream = self._client.stream(self.info, self.ref, chunk_bytes=READ_CHUNK_BYTES)
+        stream = self._client.stream(self.info, self.ref, chunk_bytes=chunk_bytes)
         return align_to_three(stream)
 
     def _checked_mime(self, head: bytes | memoryview) -> str:
@@ -166,15 +167,15 @@ class StreamedObject(StreamedAudio):
     def __init__(
         self,
         size: int,
-        head: bytes,
-        rest: AsyncGenerator[bytes, None],
+        head: bytes | memoryview,
+        rest: AsyncGenerator[bytes | memoryview, None],
         mime: str,
         sha256: str | None,
     ) -> None:
         self.mime = mime
         self.sha256 = sha256
         self.nbytes = base64_size(size)
-        self._first: bytes | None = head
+        self._first: bytes | memoryview | None = head
         self._rest = rest
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -191,13 +192,12 @@ class StreamedObject(StreamedAudio):
 
 async def align_to_three(
     chunks: AsyncGenerator[memoryview, None],
-) -> AsyncGenerator[bytes, None]:
+) -> AsyncGenerator[bytes | memoryview, None]:
     """Re-cut `chunks` so every piece but the last is a multiple of 3 bytes long."""
     aligner = ThreeAligner()
     try:
         async for chunk in chunks:
-            piece = aligner.feed(chunk)
-            if piece:
+            for piece in aligner.feed(chunk):
                 yield piece
         tail = aligner.finish()
         if tail:
@@ -207,16 +207,28 @@ async def align_to_three(
 
 
 class ThreeAligner:
-    """Pure: carries the 0-2 bytes past the last multiple of 3 into the next chunk."""
+    """Pure: cuts chunks at multiples of 3 bytes without copying them. The 0-2 bytes past a
+    chunk's last multiple of 3 are completed from the next chunk's first bytes, as a piece
+    of exactly 3 bytes; the rest of each chunk is a view of it."""
 
     def __init__(self) -> None:
         self._carry = b""
 
-    def feed(self, chunk: bytes | memoryview) -> bytes:
-        data = self._carry + bytes(chunk) if self._carry else bytes(chunk)
-        cut = len(data) - len(data) % 3
-        self._carry = data[cut:]
-        return data[:cut]
+    def feed(self, chunk: bytes | memoryview) -> list[bytes | memoryview]:
+        view = memoryview(chunk).cast("B")
+        pieces: list[bytes | memoryview] = []
+        if self._carry:
+            needed = 3 - len(self._carry)
+            self._carry += bytes(view[:needed])
+            view = view[needed:]
+            if len(self._carry) < 3:
+                return pieces
+            pieces.append(self._carry)
+        cut = len(view) - len(view) % 3
+        self._carry = bytes(view[cut:])
+        if cut:
+            pieces.append(view[:cut])
+        return pieces
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""
