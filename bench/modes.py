@@ -40,6 +40,10 @@ MODES = {
         Mode("gateway-nocache", "path", "audio-gateway, cache.max_bytes = 0", gateway=True),
         Mode("gateway", "path", "audio-gateway, path form, warm cache", gateway=True),
         Mode("gateway-passthrough", "audio_data", "audio-gateway relaying audio_data", True),
+        # workload (s3) only, see bench/objects.py
+        Mode("seed-reference-s3", "path", "BASELINE: per-request S3 GET + stdlib base64 + json"),
+        Mode("gateway-s3", "path", "audio-gateway, clips on S3, revalidate = true", True),
+        Mode("gateway-s3-immutable", "path", "the same, revalidate = false", True),
     )
 }
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from . import modes, procstat
 from .encode import measure_encode
 from .loadgen import LoadGeneratorProcess
+from .objects import OBJECT_WORKLOAD_KEY, run_objects
 from .workloads import (
     Clip,
     ClipSet,
@@ -397,8 +398,11 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         bench.step("clips ready")
         bench.start()
         bench.step("servers up")
-        points, checks = [], []
+        points, checks, objects = [], [], []
         for clipset in clipsets:
+            if clipset.workload.key == OBJECT_WORKLOAD_KEY:
+                objects += run_objects(bench, clipset)
+                continue
             workload_points, check = run_workload(bench, clipset)
             points += workload_points
             checks.append(check)
@@ -426,6 +430,7 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         "points": points,
         "cache_checks": checks,
         "huge_clip": huge,
+        "objects": objects,
         "encode": encode,
         "notes": notes,
     }

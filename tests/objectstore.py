@@ -7,56 +7,22 @@ process-wide), and the gateway finds its credentials in the environment, as in p
 
 from __future__ import annotations
 
-import collections
 import json
 import socket
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
+
+from bench.s3server import LocalS3, RequestLog
 
 ACCESS_KEY_ID = "AKIAGATEWAYTESTKEY01"
 SECRET_ACCESS_KEY = "gateway-test-secret-Zq8vX1p0Lr6"  # must never show up in an error
 REGION = "us-east-1"
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
-
-
-@dataclass
-class RequestLog:
-    """(method, path) of every request the server answered, with a lock: werkzeug threads."""
-
-    seen: list[tuple[str, str, str]] = field(default_factory=list)  # method, path, range
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def count(self, method: str, path: str, *, ranged: bool | None = None) -> int:
-        with self.lock:
-            return sum(
-                1
-                for m, p, r in self.seen
-                if m == method and p == path and (ranged is None or bool(r) == ranged)
-            )
-
-
-class CountingApp:
-    """A WSGI middleware in front of moto's app that notes each request."""
-
-    def __init__(self, app: WsgiApp, log: RequestLog) -> None:
-        self.app = app
-        self.log = log
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        with self.log.lock:
-            self.log.seen.append(
-                (environ["REQUEST_METHOD"], environ["PATH_INFO"], environ.get("HTTP_RANGE", ""))
-            )
-        return self.app(environ, start_response)
 
 
 @dataclass
@@ -105,22 +71,15 @@ class S3Server:
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    log = RequestLog()
-    wsgi = server._server
-    assert wsgi is not None
-    wsgi.app = CountingApp(wsgi.app, log)  # type: ignore[attr-defined]
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    server = LocalS3()
     client = boto3.client(
         "s3",
-        endpoint_url=endpoint,
+        endpoint_url=server.endpoint,
         region_name=REGION,
         aws_access_key_id=ACCESS_KEY_ID,
         aws_secret_access_key=SECRET_ACCESS_KEY,
     )
-    yield S3Server(endpoint, log, client)
+    yield S3Server(server.endpoint, server.log, client)
     server.stop()
 
 
@@ -157,8 +116,3 @@ def silent_store() -> Iterator[str]:
     host, port = listener.getsockname()
     yield f"http://{host}:{port}"
     listener.close()
-
-
-def requests_by_method(log: RequestLog) -> collections.Counter[str]:
-    with log.lock:
-        return collections.Counter(method for method, _, _ in log.seen)

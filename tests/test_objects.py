@@ -17,6 +17,7 @@ import moto.settings
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from blockbuster import blockbuster_ctx
 
 from gateway.samples import write_tone
 from gateway.stub_upstream import StubState
@@ -448,3 +449,22 @@ async def test_credentials_come_from_a_shared_credentials_file(
     )
     clips = await decoded(client, {"audio_path": f"s3://{bucket}/data/a.wav"})
     assert [clip["sha256"] for clip in clips] == [sha(body)]
+
+
+async def test_object_clips_never_block_the_event_loop(
+    make_gateway: GatewayFactory, s3_server: S3Server, bucket: str, tmp_path: Path
+) -> None:
+    small = s3_server.put(bucket, "data/a.wav", write_tone(tmp_path / "a.wav", 0.25, 440.0))
+    big = s3_server.put(bucket, "data/big.wav", write_tone(tmp_path / "big.wav", 10.0, 330.0))
+    storage = {"s3": s3_config(s3_server)}
+    roots = {"allowed_roots": [f"s3://{bucket}/data/"]}
+    data_uri = await make_gateway(audio=roots, cache={"max_item_bytes": 100_000}, storage=storage)
+    presigned = await make_gateway(audio=roots, splice={"remote": "presigned_url"}, storage=storage)
+    a, b = ({"audio_path": f"s3://{bucket}/data/{name}"} for name in ("a.wav", "big.wav"))
+    with blockbuster_ctx():
+        miss = await decoded(data_uri, a)
+        hit = await decoded(data_uri, a)
+        streamed = await decoded(data_uri, b)
+        by_url = await decoded(presigned, a)
+    assert [c[0]["sha256"] for c in (miss, hit, by_url)] == [sha(small)] * 3
+    assert streamed[0]["sha256"] == sha(big)
