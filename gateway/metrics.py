@@ -65,7 +65,7 @@ class GatewayMetrics:
         self.storage_seconds = Histogram(
             "audio_gateway_storage_seconds",
             "Object-store request latency: a HEAD, or a GET until its body is read (a streamed "
-            "GET: until its first chunk).",
+            "GET: until its stream ends).",
             ["op"],
             buckets=STORAGE_BUCKETS_SECONDS,
             registry=registry,
