@@ -451,11 +451,21 @@ async def test_credentials_come_from_a_shared_credentials_file(
     assert [clip["sha256"] for clip in clips] == [sha(body)]
 
 
-async def test_object_clips_never_block_the_event_loop(
-    make_gateway: GatewayFactory, s3_server: S3Server, bucket: str, tmp_path: Path
-) -> None:
+@pytest.fixture
+def small_and_big(s3_server: S3Server, bucket: str, tmp_path: Path) -> tuple[bytes, bytes]:
+    """`data/a.wav` (0.25 s) and `data/big.wav` (10 s, 320 KB: streamed past 100 KB)."""
     small = s3_server.put(bucket, "data/a.wav", write_tone(tmp_path / "a.wav", 0.25, 440.0))
     big = s3_server.put(bucket, "data/big.wav", write_tone(tmp_path / "big.wav", 10.0, 330.0))
+    return small, big
+
+
+async def test_object_clips_never_block_the_event_loop(
+    make_gateway: GatewayFactory,
+    s3_server: S3Server,
+    bucket: str,
+    small_and_big: tuple[bytes, bytes],
+) -> None:
+    small, big = small_and_big
     storage = {"s3": s3_config(s3_server)}
     roots = {"allowed_roots": [f"s3://{bucket}/data/"]}
     data_uri = await make_gateway(audio=roots, cache={"max_item_bytes": 100_000}, storage=storage)
@@ -468,3 +478,36 @@ async def test_object_clips_never_block_the_event_loop(
         by_url = await decoded(presigned, a)
     assert [c[0]["sha256"] for c in (miss, hit, by_url)] == [sha(small)] * 3
     assert streamed[0]["sha256"] == sha(big)
+
+
+@pytest.mark.parametrize(
+    "key", ["data/a b.wav", "data/100%.wav", "data/ü/ß+x.wav", "data/a%2Fb.wav"]
+)
+async def test_keys_are_taken_literally(
+    s3_gateway: Client, s3_server: S3Server, bucket: str, audio_dir: Path, key: str
+) -> None:
+    body = s3_server.put(bucket, key, audio_dir / "a.wav")
+    clips = await decoded(s3_gateway, {"audio_path": f"s3://{bucket}/{key}"})
+    assert [clip["sha256"] for clip in clips] == [sha(body)]
+
+
+async def test_part_uuid_of_an_object_is_its_content_sha256_cached_or_streamed(
+    make_gateway: GatewayFactory,
+    s3_server: S3Server,
+    bucket: str,
+    small_and_big: tuple[bytes, bytes],
+) -> None:
+    small, big = small_and_big
+    client = await make_gateway(
+        audio={"allowed_roots": [f"s3://{bucket}/data/"]},
+        cache={"max_item_bytes": 100_000},
+        splice={"part_uuid": True},
+        storage={"s3": s3_config(s3_server)},
+    )
+    clips = await decoded(
+        client, {"audio_paths": [f"s3://{bucket}/data/{n}" for n in ("a.wav", "big.wav")]}
+    )
+    assert [(c["uuid"], c["sha256"]) for c in clips] == [
+        (sha(small), sha(small)),
+        (sha(big), sha(big)),
+    ]
