@@ -511,3 +511,26 @@ async def test_part_uuid_of_an_object_is_its_content_sha256_cached_or_streamed(
         (sha(small), sha(small)),
         (sha(big), sha(big)),
     ]
+
+
+async def test_without_revalidation_a_vanished_version_is_a_409_then_fetched_anew(
+    make_gateway: GatewayFactory, s3_server: S3Server, bucket: str, audio_dir: Path
+) -> None:
+    client = await make_gateway(
+        audio={"allowed_roots": [f"s3://{bucket}/data/"]},
+        cache={"max_bytes": 0},  # nothing cached: the remembered HEAD alone stands for the clip
+        storage={"s3": s3_config(s3_server, revalidate=False)},
+    )
+    metadata = {"audio_path": f"s3://{bucket}/data/take.wav"}
+    first = s3_server.put(bucket, "data/take.wav", audio_dir / "a.wav")
+    assert (await decoded(client, metadata))[0]["sha256"] == sha(first)
+    second = s3_server.put(bucket, "data/take.wav", audio_dir / "b.wav")
+    stale = await client.post("/v1/chat/completions", json=chat_body(metadata))
+    error = (await stale.json())["error"]
+    assert (stale.status, error["type"], error["code"]) == (
+        409,
+        "conflict_error",
+        "audio_file_changed",
+    )
+    assert (await decoded(client, metadata))[0]["sha256"] == sha(second)
+    assert s3_server.heads(bucket, "data/take.wav") == 2

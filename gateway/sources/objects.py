@@ -17,7 +17,7 @@ from cachetools import LRUCache
 from ..config import S3Config
 from ..durations import HEADER_BYTES, check_duration, read_header
 from ..encoder import READ_CHUNK_BYTES, EncodedAudio, StreamedAudio, base64_size
-from ..errors import InvalidRequest, PayloadTooLarge
+from ..errors import AudioFileChanged, InvalidRequest, PayloadTooLarge
 from ..formats import SNIFF_BYTES, SUPPORTED_EXTENSIONS, sniff_mime
 from ..sidechannel import PathAudio
 from .names import ObjectName, ObjectPolicy
@@ -62,6 +62,11 @@ class ObjectSources:
             )
         return ObjectClip(ref, info, self, presigned=presigned)
 
+    def forget(self, info: ObjectInfo) -> None:
+        """The store no longer holds this version: the next request HEADs the object again."""
+        if self._known.get(info.name) == info:
+            del self._known[info.name]
+
 
 class ObjectClip:
     """One object as an `AudioSource`. A presigned clip needs only its first bytes (sniffing,
@@ -93,6 +98,13 @@ class ObjectClip:
         return 0 if self.presigned else base64_size(self.info.size)
 
     async def load(self, *, encode: bool, digest: bool) -> EncodedAudio:
+        try:
+            return await self._load(encode=encode, digest=digest)
+        except AudioFileChanged:
+            self._sources.forget(self.info)
+            raise
+
+    async def _load(self, *, encode: bool, digest: bool) -> EncodedAudio:
         if self.presigned:
             encode = False
         if not (encode or digest):
@@ -111,13 +123,15 @@ class ObjectClip:
         return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None)
 
     async def open_stream(self, *, digest: bool) -> StreamedAudio:
-        sha256 = await self._sha256() if digest else None
         chunks = self._aligned_chunks(STREAM_CHUNK_BYTES)
         try:
+            sha256 = await self._sha256() if digest else None
             head = await anext(chunks, b"")
             mime = self._checked_mime(head)
-        except BaseException:
+        except BaseException as exc:
             await chunks.aclose()
+            if isinstance(exc, AudioFileChanged):
+                self._sources.forget(self.info)
             raise
         return StreamedObject(self.info.size, head, chunks, mime, sha256)
 
