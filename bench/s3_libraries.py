@@ -1,6 +1,6 @@
 """obstore vs aiobotocore against a local moto server: GET throughput, per-request overhead.
 
-`python -m bench.s3_libraries --moto-python /work/venv/bin/python`, from a venv with obstore
+`python -m bench.s3_libraries --moto-python PYTHON_WITH_MOTO`, from a venv with obstore
 and aiobotocore (a separate one: aiobotocore pins botocore below what boto3/moto want); moto
 runs as its own process from the interpreter given,
 so the client CPU figures, from getrusage over all the client's threads, are the client's

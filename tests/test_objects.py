@@ -16,13 +16,21 @@ from typing import Any
 import moto.settings
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from blockbuster import blockbuster_ctx
 
+from gateway.app import create_app
 from gateway.samples import write_tone
-from gateway.stub_upstream import StubState
+from gateway.stub_upstream import StubState, create_stub_app
 
-from .conftest import GatewayFactory, cache_stats, chat_body, gateway_error, gateway_metrics
+from .conftest import (
+    GatewayFactory,
+    cache_stats,
+    chat_body,
+    gateway_config,
+    gateway_error,
+    gateway_metrics,
+)
 from .objectstore import (
     ACCESS_KEY_ID,
     SECRET_ACCESS_KEY,
@@ -534,3 +542,25 @@ async def test_without_revalidation_a_vanished_version_is_a_409_then_fetched_ane
     )
     assert (await decoded(client, metadata))[0]["sha256"] == sha(second)
     assert s3_server.heads(bucket, "data/take.wav") == 2
+
+
+async def test_presigned_urls_outside_vllms_allowed_media_domains_are_refused_there(
+    s3_server: S3Server, bucket: str, audio_dir: Path
+) -> None:
+    s3_server.put(bucket, "data/a.wav", audio_dir / "a.wav")
+    stub = TestServer(create_stub_app(allowed_media_domains=["s3.example.com"]))
+    await stub.start_server()
+    config = gateway_config(
+        str(stub.make_url("")).rstrip("/"),
+        audio_dir,
+        audio={"allowed_roots": [f"s3://{bucket}/data/"]},
+        splice={"remote": "presigned_url"},
+        storage={"s3": s3_config(s3_server)},
+    )
+    async with TestClient(TestServer(create_app(config))) as client:
+        metadata = {"audio_path": f"s3://{bucket}/data/a.wav"}
+        response = await client.post("/v1/chat/completions", json=chat_body(metadata))
+        answer = await response.json()
+    await stub.close()
+    assert response.status == 400  # vLLM's answer, relayed: the gateway cannot check this
+    assert "allowed domains" in answer["error"]["message"]
