@@ -282,10 +282,11 @@ async def test_max_file_bytes_is_enforced_from_the_head_before_any_get(
     assert (s3_server.heads(bucket, "data/c.wav"), s3_server.gets(bucket, "data/c.wav")) == (1, 0)
 
 
+@pytest.mark.parametrize("content", [b"<html>not audio</html>" * 100, b""])
 async def test_an_object_that_is_no_audio_is_refused_from_its_first_bytes(
-    s3_gateway: Client, s3_server: S3Server, bucket: str
+    s3_gateway: Client, s3_server: S3Server, bucket: str, content: bytes
 ) -> None:
-    s3_server.put(bucket, "data/fake.wav", b"<html>not audio</html>" * 100)
+    s3_server.put(bucket, "data/fake.wav", content)
     response = await s3_gateway.post(
         "/v1/chat/completions", json=chat_body({"audio_path": f"s3://{bucket}/data/fake.wav"})
     )

@@ -105,6 +105,8 @@ class ObjectClip:
             raise
 
     async def _load(self, *, encode: bool, digest: bool) -> EncodedAudio:
+        if not self.info.size:
+            self._checked_mime(b"")  # an empty object: "not audio", and no GET to ask
         if self.presigned:
             encode = False
         if not (encode or digest):
@@ -119,7 +121,6 @@ class ObjectClip:
                 hasher.update(chunk)
             if encode:
                 pieces.append(pybase64.b64encode(chunk))
-        mime = mime or self._checked_mime(b"")  # an empty object: "not audio"
         return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None)
 
     async def open_stream(self, *, digest: bool) -> StreamedAudio:
