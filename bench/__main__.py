@@ -12,11 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from .modes import MODES
+from .objects import OBJECT_MODES
 from .report import RESULTS_DIR, write_results
 from .runner import run_benchmark
 from .workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario
 
-WORKLOAD_CHOICES = ("a", "b", "c", "encode")
+WORKLOAD_CHOICES = ("a", "b", "c", "s3", "encode")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workloads", nargs="+", choices=WORKLOAD_CHOICES, metavar="W",
         help="a = ~56 KB clips, b = ~10 MB clips, c = one 256 MiB clip (peak RSS), "
+        "s3 = ~56 KB clips on a local S3 server, "
         "encode = cold-encode MB/s vs base64 -w0 (default: all)",
     )  # fmt: skip
     parser.add_argument(
@@ -67,13 +69,14 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    assert set(ALL_MODES) == set(MODES)
+    assert set(ALL_MODES) | set(OBJECT_MODES) == set(MODES)
     results = run_benchmark(scenario_from_args(args), progress=not args.no_progress)
     paths = write_results(results, args.results_dir, plot=not args.no_plot)
     print(paths["md"].read_text())
     print("written:", ", ".join(str(path) for path in paths.values()))
     failures = sum(p["errors"] for p in results["points"])
     failures += sum(h["errors"] for h in results["huge_clip"])
+    failures += sum(row["errors"] for row in results.get("objects") or [])
     failures += sum(1 for c in results["cache_checks"] if c.get("ok") is False)
     return 1 if failures else 0
 

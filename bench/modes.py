@@ -40,6 +40,10 @@ MODES = {
         Mode("gateway-nocache", "path", "audio-gateway, cache.max_bytes = 0", gateway=True),
         Mode("gateway", "path", "audio-gateway, path form, warm cache", gateway=True),
         Mode("gateway-passthrough", "audio_data", "audio-gateway relaying audio_data", True),
+        # workload (s3) only, see bench/objects.py
+        Mode("seed-reference-s3", "path", "BASELINE: per-request S3 GET + stdlib base64 + json"),
+        Mode("gateway-s3", "path", "audio-gateway, clips on S3, revalidate = true", True),
+        Mode("gateway-s3-immutable", "path", "the same, revalidate = false", True),
     )
 }
 
@@ -48,6 +52,14 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+# The stub applies vLLM's decode limits from these variables, as vLLM does; workload (c)'s
+# 256 MiB clip is past the defaults, so every server of a run gets raised ones.
+DECODE_LIMITS_ENV = {
+    "VLLM_MAX_AUDIO_DECODE_DURATION_S": "100000",
+    "VLLM_MAX_AUDIO_DECODE_BYTES": str(4 * 1024**3),
+}
 
 
 class ServerProcess:
@@ -65,6 +77,7 @@ class ServerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,
+            env={**os.environ, **DECODE_LIMITS_ENV},  # os.environ as it is at start
             start_new_session=True,
         )
         self._tree: list[int] = [self.popen.pid]
@@ -130,7 +143,9 @@ def gateway_config(workdir: Path, name: str, cache_bytes: int) -> Path:
         'event_loop = "auto"\n'
         'max_body_bytes = "64MiB"\n'
         "[audio]\n"
-        'max_file_bytes = "512MiB"  # the 256 MiB clip of workload (c)\n'
+        'max_file_bytes = "512MiB"  # the 256 MiB clip of workload (c): 8389 s of 16 kHz audio,\n'
+        "max_duration_seconds = 100000.0  # past vLLM's default decode limits, raised here\n"
+        'max_decode_bytes = "4GiB"  # and in the stub (DECODE_LIMITS_ENV) for the memory workload\n'
         "[cache]\n"
         f"max_bytes = {cache_bytes}\n"
         'max_item_bytes = "64MiB"\n'

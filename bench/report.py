@@ -138,6 +138,28 @@ def workload_table(results: dict[str, Any], key: str) -> list[str]:
     return _table([name for name, _ in POINT_COLUMNS], rows)
 
 
+def objects_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Workload (s3): req/s and GETs per clip, cold and warm, per object mode."""
+    if not rows:
+        return []
+    lines = ["", f"## Workload (s3): {rows[0]['distinct_clips']} clips on a local S3 server "
+             f"(moto), c={rows[0]['concurrency']}", ""]  # fmt: skip
+    lines += _table(
+        ["mode", "phase", "req/s", "p50 ms", "p99 ms", "GETs per clip", "HEADs per request",
+         "proxy CPU s/1k req", "errors"],
+        [
+            [r["mode"], r["phase"], _fmt(r["rps"], ".0f"), _fmt(r["p50_ms"]), _fmt(r["p99_ms"]),
+             _fmt(r["gets_per_clip"]), _fmt(r["heads_per_request"]),
+             _fmt(r["proxy_cpu_s_per_1k"]), str(r["errors"])]
+            for r in rows
+        ],
+    )  # fmt: skip
+    lines += ["", "Each mode: a fresh proxy, the shuffled order walked twice (cold, then warm); "
+              "GETs and HEADs counted at the S3 server. moto (in the bench process) serves "
+              "every request on the same 2 cores."]  # fmt: skip
+    return lines
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     scenario = results["scenario"]
@@ -189,6 +211,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines.append("")
         lines.append("Growth = VmHWM after the request minus VmRSS before it (after one small "
                      "warm-up request), summed over the proxy's processes.")  # fmt: skip
+    lines += objects_section(results.get("objects") or [])
     encode = results.get("encode")
     if encode:
         lines += ["", f"## Cold encode, {encode['file_bytes'] / 1e6:.0f} MB WAV, warm page cache, "

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from . import modes, procstat
 from .encode import measure_encode
 from .loadgen import LoadGeneratorProcess
+from .objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
 from .workloads import (
     Clip,
     ClipSet,
@@ -361,6 +362,9 @@ def git_revision() -> str:
 def total_steps(scenario: Scenario, mode_count: int) -> int:
     steps = 2 + len(scenario.workloads)  # clip files, start-up, one per workload's clips
     for workload in scenario.workloads:
+        if workload.key == OBJECT_WORKLOAD_KEY:  # its own modes, cold and warm
+            steps += 2 * len(OBJECT_MODES)
+            continue
         steps += mode_count * (1 + len(workload.concurrency) * max(1, scenario.rounds))
     if scenario.huge_clip_bytes:
         steps += 1 + len(scenario.huge_clip_modes)
@@ -397,8 +401,11 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         bench.step("clips ready")
         bench.start()
         bench.step("servers up")
-        points, checks = [], []
+        points, checks, objects = [], [], []
         for clipset in clipsets:
+            if clipset.workload.key == OBJECT_WORKLOAD_KEY:
+                objects += run_objects(bench, clipset)
+                continue
             workload_points, check = run_workload(bench, clipset)
             points += workload_points
             checks.append(check)
@@ -426,6 +433,7 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         "points": points,
         "cache_checks": checks,
         "huge_clip": huge,
+        "objects": objects,
         "encode": encode,
         "notes": notes,
     }

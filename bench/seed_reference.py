@@ -7,6 +7,9 @@ the gateway), re-serialises the whole body with the standard `json`, and forward
 aiohttp client. No cache, no streaming, no limits. It runs on uvloop like the gateway, so the
 comparison is about the per-request work, not the event loop.
 
+With `--s3-endpoint URL --s3-bucket B` the paths are keys of that bucket, fetched per request
+with an async GET (obstore), then encoded and spliced the same way: the object-storage baseline.
+
 Run alone: `python -m bench.seed_reference --port 8090 --upstream URL --audio-root DIR`.
 """
 
@@ -27,12 +30,16 @@ MIME_BY_EXTENSION = {".wav": "audio/wav", ".flac": "audio/flac", ".mp3": "audio/
 audio_root_key = web.AppKey("audio_root_key", str)
 upstream_key = web.AppKey("upstream_key", str)
 session_key = web.AppKey("session_key", aiohttp.ClientSession)
+object_store_key = web.AppKey("object_store_key", object)
 
 
-def create_seed_reference_app(upstream: str, audio_root: str) -> web.Application:
+def create_seed_reference_app(
+    upstream: str, audio_root: str, object_store: object = None
+) -> web.Application:
     app = web.Application(client_max_size=2 * 1024**3)
     app[upstream_key] = upstream.rstrip("/")
     app[audio_root_key] = audio_root
+    app[object_store_key] = object_store
     app.cleanup_ctx.append(client_session)
     app.router.add_post("/v1/chat/completions", chat_completions)
     return app
@@ -45,10 +52,23 @@ async def client_session(app: web.Application) -> AsyncIterator[None]:
 
 
 def audio_parts(paths: list[str], root: str) -> list[dict[str, Any]]:
-    parts = []
+    blobs = []
     for path in paths:
         with open(os.path.join(root, path), "rb") as handle:  # blocking, on the loop: as today
-            data = handle.read()
+            blobs.append(handle.read())
+    return encoded_parts(paths, blobs)
+
+
+async def object_audio_parts(paths: list[str], store: Any) -> list[dict[str, Any]]:
+    import obstore
+
+    blobs = [bytes(await (await obstore.get_async(store, path)).bytes_async()) for path in paths]
+    return encoded_parts(paths, blobs)
+
+
+def encoded_parts(paths: list[str], blobs: list[bytes]) -> list[dict[str, Any]]:
+    parts = []
+    for path, data in zip(paths, blobs, strict=True):
         mime = MIME_BY_EXTENSION.get(os.path.splitext(path)[1].lower(), "audio/wav")
         encoded = base64.b64encode(data).decode("ascii")
         parts.append({"type": "audio_url", "audio_url": {"url": f"data:{mime};base64,{encoded}"}})
@@ -74,7 +94,10 @@ async def chat_completions(request: web.Request) -> web.Response:
     )
     if not metadata:
         body.pop("metadata", None)
-    if paths:
+    store = request.app[object_store_key]
+    if paths and store is not None:
+        splice_into_last_user_message(body, await object_audio_parts(paths, store))
+    elif paths:
         splice_into_last_user_message(body, audio_parts(paths, request.app[audio_root_key]))
     payload = json.dumps(body)
     url = request.app[upstream_key] + request.path
@@ -91,11 +114,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--audio-root", required=True)
+    parser.add_argument("--s3-endpoint", default=None, help="fetch paths from this S3 API")
+    parser.add_argument("--s3-bucket", default=None)
+    parser.add_argument("--s3-region", default="us-east-1")
     args = parser.parse_args(argv)
     import uvloop
 
+    store = None
+    if args.s3_endpoint:
+        from obstore.store import S3Store
+
+        store = S3Store(
+            args.s3_bucket, endpoint=args.s3_endpoint, region=args.s3_region, allow_http=True
+        )
     web.run_app(
-        create_seed_reference_app(args.upstream, args.audio_root),
+        create_seed_reference_app(args.upstream, args.audio_root, store),
         host=args.host,
         port=args.port,
         access_log=None,

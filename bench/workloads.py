@@ -3,6 +3,7 @@
 (a) LibriSpeech-PC-shaped: many ~56 KB 16 kHz mono WAV clips, several seeds each, shuffled.
 (b) long-form: ~10 MB clips, a few seeds each.
 (c) one huge clip (256 MiB) streamed through a fresh proxy, for its peak RSS.
+(s3) ~56 KB clips on a local S3 server (bench/objects.py).
 Clip content is seeded pseudo-random PCM, so every clip is distinct and every run identical.
 """
 
@@ -72,11 +73,15 @@ WORKLOAD_A = Workload(
 WORKLOAD_B = Workload(
     "b", "long-form: 10 x ~10 MB, 4 seeds", 10, 10_000_000, 4, (8,), passes=2, warmup_requests=4
 )
+WORKLOAD_S3 = Workload(
+    "s3", "objects: 100 x ~56 KB on a local S3 server (moto), 8 seeds", 100, 56_000, 8, (32,)
+)
 HUGE_CLIP_BYTES = 256 * 1024 * 1024
 
 
 def standard_scenario(name: str = "standard") -> Scenario:
-    return Scenario(name, False, ALL_MODES, (WORKLOAD_A, WORKLOAD_B), HUGE_CLIP_BYTES, rounds=4)
+    workloads = (WORKLOAD_A, WORKLOAD_B, WORKLOAD_S3)
+    return Scenario(name, False, ALL_MODES, workloads, HUGE_CLIP_BYTES, rounds=4)
 
 
 def quick_scenario(name: str = "quick") -> Scenario:
@@ -90,6 +95,8 @@ def quick_scenario(name: str = "quick") -> Scenario:
                     concurrency=(1, 32), warmup_requests=32),
             replace(WORKLOAD_B, title="(quick) 3 x ~10 MB, 2 seeds", clips=3, seeds=2,
                     concurrency=(4,), passes=1),
+            replace(WORKLOAD_S3, title="(quick) objects: 32 x ~56 KB on moto, 4 seeds",
+                    clips=32, seeds=4),
         ),
         HUGE_CLIP_BYTES // 2,  # 128 MiB: still streamed (over max_item_bytes), half the time
         encode_file_bytes=50 * 1000 * 1000,

@@ -105,6 +105,12 @@ def serve(config: Config) -> None:
             "the gateway cannot verify that from here",
             roots or "(no roots configured)",
         )
+    if config.splice.remote == "presigned_url" and config.audio.object_roots():
+        log.warning(
+            "splice.remote = 'presigned_url': vLLM fetches s3:// clips itself; it needs network "
+            "reach to the store, the store's host in --allowed-media-domains when that is set, "
+            "and a VLLM_AUDIO_FETCH_TIMEOUT long enough for the clips"
+        )
     log.info(
         "audio-gateway on http://%s:%d -> %s; %s",
         config.server.host,

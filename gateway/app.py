@@ -42,6 +42,9 @@ from .relay import (
     upstream_target,
 )
 from .sidechannel import carries_sidechannel
+from .sources.names import ObjectPolicy
+from .sources.objects import ObjectSources
+from .sources.s3 import S3Client
 from .speech import SpeechUploads
 from .upstream import UpstreamPool
 from .websocket import WebSocketRelay, WebSocketUpgrades
@@ -103,11 +106,10 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
         encode=config.splice.mode == "data_uri",
         digest=config.splice.part_uuid,
     )
-    pipeline = RewritePipeline(config.splice, config.audio, policy, store)
+    objects = await asyncio.to_thread(object_sources, config, app[metrics_key])
+    pipeline = RewritePipeline(config.splice, config.audio, policy, store, objects)
     app[pipeline_key] = pipeline
-    app[speech_key] = SpeechUploads(
-        pipeline.resolver, store, config.audio, config.server.max_body_bytes
-    )
+    app[speech_key] = SpeechUploads(pipeline, config.audio, config.server.max_body_bytes)
     yield
     pipeline.resolver.close()
 
@@ -116,6 +118,18 @@ async def websocket_relay(app: web.Application) -> AsyncIterator[None]:
     app[websocket_relay_key] = await WebSocketRelay.open(app[config_key].upstream, app[metrics_key])
     yield
     await app[websocket_relay_key].close()
+
+
+def object_sources(config: Config, metrics: GatewayMetrics) -> ObjectSources:
+    """Blocking (the credential chain may ask the instance metadata service): the object
+    policy of `audio`, and a store client for every bucket it allows."""
+    policy = ObjectPolicy(config.audio.object_root(), config.audio.object_roots())
+    return ObjectSources(
+        policy,
+        S3Client(config.storage.s3, policy.buckets, metrics),
+        config.storage.s3,
+        max_file_bytes=config.audio.max_file_bytes,
+    )
 
 
 def rewriting(shape: RouteShape) -> Handler:

@@ -50,7 +50,7 @@ class PathPolicy:
     def from_config(cls, audio: AudioConfig) -> PathPolicy:
         """Blocking: resolves the configured roots to real paths once, at start-up."""
         roots = [os.path.realpath(root) for root in audio.effective_roots()]
-        return cls(audio.root, roots, audio.max_file_bytes)
+        return cls(audio.local_root(), roots, audio.max_file_bytes)
 
     def resolve_all(self, refs: Iterable[PathAudio]) -> list[ResolvedClip]:
         return [self.resolve(ref) for ref in refs]

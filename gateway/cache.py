@@ -1,27 +1,28 @@
 """The encoded-audio store: a byte-bounded LRU with single-flight loading.
 
-Keys are (real path, st_mtime_ns, st_size, raw): a rewritten file is a new key, an unchanged
-one is never read again while its entry lives. `raw` entries hold the file's own bytes (the
-speech-to-text uploads) rather than its base64; both kinds share one byte budget. Concurrent
-requests for one uncached clip share one read and encode. Only the event loop touches the
-cache, so it needs no lock.
+Keys are each source's content identity ((real path, st_mtime_ns, st_size) for a file; bucket,
+key, ETag and size for an object) and whether the entry is `raw`: raw entries hold the clip's
+own bytes (the speech-to-text uploads) rather than its base64, in the same byte budget. A
+rewritten file is a new key, an unchanged one is never read again while its entry lives.
+Concurrent requests for one uncached clip share one read and encode. Only the event loop
+touches the cache, so it needs no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
 
 from cachetools import LRUCache
 
-from .audio import ResolvedClip
 from .config import CacheConfig
-from .encoder import EncodedAudio, StreamedAudio, base64_size, encode_clip, open_streamed_clip
+from .encoder import EncodedAudio, StreamedAudio
 from .errors import GatewayError
 from .metrics import GatewayMetrics
 from .sidechannel import PathAudio
+from .sources import AudioSource
 
-FileIdentity = tuple[str, int, int]  # (real path, st_mtime_ns, st_size)
-CacheKey = tuple[str, int, int, bool]  # the identity and `raw`
+CacheKey = tuple[Hashable, bool]  # the source's content key, and `raw`
 
 
 class AudioStore:
@@ -40,7 +41,7 @@ class AudioStore:
         self._lru: LRUCache[CacheKey, EncodedAudio] = LRUCache(
             maxsize=max(config.max_bytes, 1), getsizeof=lambda entry: entry.nbytes
         )
-        self._identity_by_path: dict[str, FileIdentity] = {}
+        self._content_by_identity: dict[Hashable, Hashable] = {}  # a source's latest version
         self._inflight: dict[CacheKey, tuple[asyncio.Task[EncodedAudio], PathAudio]] = {}
         metrics.cache_bytes.set_function(lambda: self.bytes)
         metrics.cache_entries.set_function(lambda: self.entries)
@@ -53,19 +54,19 @@ class AudioStore:
     def entries(self) -> int:
         return len(self._lru)
 
-    async def get(self, clip: ResolvedClip, *, raw: bool = False) -> EncodedAudio | StreamedAudio:
+    async def get(self, clip: AudioSource, *, raw: bool = False) -> EncodedAudio | StreamedAudio:
         """The clip's base64 (with `raw`, its bytes), cached, or streamed when too big."""
         if raw and clip.size > self.max_item_bytes:
             self._metrics.cache_misses.inc()
-            return await open_streamed_clip(clip, digest=False, raw=True)
-        if self._encode and not raw and base64_size(clip.size) > self.max_item_bytes:
+            return await clip.open_stream(digest=False, raw=True)
+        if self._encode and not raw and clip.encoded_size > self.max_item_bytes:
             self._metrics.cache_misses.inc()
             self._metrics.encoded_bytes.inc(clip.size)
-            return await open_streamed_clip(clip, digest=self._digest)
+            return await clip.open_stream(digest=self._digest)
         if not self.enabled:
             self._metrics.cache_misses.inc()
             return await self._load(clip, raw)
-        key = (*clip.cache_key, raw)
+        key = (clip.cache_key, raw)
         entry = self._lru.get(key)
         if entry is not None:
             self._metrics.cache_hits.inc()
@@ -86,28 +87,28 @@ class AudioStore:
                 raise
             raise _as_seen_by(error, load[1], clip.ref) from None
 
-    async def _load(self, clip: ResolvedClip, raw: bool) -> EncodedAudio:
+    async def _load(self, clip: AudioSource, raw: bool) -> EncodedAudio:
         if raw:
-            return await encode_clip(clip, encode=False, digest=False, raw=True)
-        entry = await encode_clip(clip, encode=self._encode, digest=self._digest)
-        if self._encode:
+            return await clip.load(encode=False, digest=False, raw=True)
+        entry = await clip.load(encode=self._encode, digest=self._digest)
+        if self._encode and clip.encoded_size:
             self._metrics.encoded_bytes.inc(clip.size)
         return entry
 
-    async def _load_and_store(self, key: CacheKey, clip: ResolvedClip) -> EncodedAudio:
-        entry = await self._load(clip, key[3])
-        identity = clip.cache_key
-        stale = self._identity_by_path.get(identity[0])
-        if stale is not None and stale != identity:
-            # The file was rewritten: both kinds of its old entry are dead.
-            self._lru.pop((*stale, False), None)
-            self._lru.pop((*stale, True), None)
+    async def _load_and_store(self, key: CacheKey, clip: AudioSource) -> EncodedAudio:
+        entry = await self._load(clip, key[1])
+        content = clip.cache_key
+        stale = self._content_by_identity.get(clip.identity)
+        if stale is not None and stale != content:
+            # The file or object was rewritten: both kinds of its old entry are dead.
+            self._lru.pop((stale, False), None)
+            self._lru.pop((stale, True), None)
         try:
             self._lru[key] = entry
-            self._identity_by_path[identity[0]] = identity
+            self._content_by_identity[clip.identity] = content
         except ValueError:
             pass  # larger than the whole budget: served, not cached
-        self._prune_path_index()
+        self._prune_identity_index()
         return entry
 
     def _forget(self, key: CacheKey, task: asyncio.Task[EncodedAudio]) -> None:
@@ -115,18 +116,18 @@ class AudioStore:
         if not task.cancelled():
             task.exception()  # retrieved here, so a load nobody awaits any more is not logged
 
-    def _prune_path_index(self) -> None:
-        if len(self._identity_by_path) > 2 * len(self._lru) + 64:
-            self._identity_by_path = {
-                path: identity
-                for path, identity in self._identity_by_path.items()
-                if (*identity, False) in self._lru or (*identity, True) in self._lru
+    def _prune_identity_index(self) -> None:
+        if len(self._content_by_identity) > 2 * len(self._lru) + 64:
+            self._content_by_identity = {
+                identity: content
+                for identity, content in self._content_by_identity.items()
+                if (content, False) in self._lru or (content, True) in self._lru
             }
 
 
 def _as_seen_by(error: GatewayError, loader: PathAudio, requester: PathAudio) -> GatewayError:
-    """A shared load's error, worded for another request for the same file: its own key and
-    path as it gave them (the two may name the file differently)."""
+    """A shared load's error, worded for another request for the same clip: its own key and
+    path as it gave them (the two may name the clip differently)."""
     message = error.message.replace(loader.label, requester.label, 1)
     message = message.replace(repr(loader.given), repr(requester.given), 1)
     return type(error)(message, param=requester.param, code=error.code)

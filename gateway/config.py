@@ -21,9 +21,11 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from .origin import OriginError, UpstreamOrigin, parse_origin
+from .sources.names import MalformedName, ObjectPrefix, is_object_url, parse_prefix
 
 _SIZE_UNITS = {
     "": 1,
@@ -130,23 +132,52 @@ class AudioConfig(_Section):
     @field_validator("root")
     @classmethod
     def _root_absolute(cls, root: str) -> str:
-        if root and not Path(root).is_absolute():
-            raise ValueError("must be an absolute directory path (or '' to refuse relative paths)")
+        if root and not (Path(root).is_absolute() or _object_prefix(root)):
+            raise ValueError(
+                "must be an absolute directory path, an s3://bucket/prefix/ "
+                "(or '' to refuse relative paths)"
+            )
         return root
 
     @field_validator("allowed_roots")
     @classmethod
     def _roots_absolute(cls, roots: list[str]) -> list[str]:
         for root in roots:
-            if not Path(root).is_absolute():
-                raise ValueError(f"{root!r} is not an absolute directory path")
+            if not (Path(root).is_absolute() or _object_prefix(root)):
+                raise ValueError(f"{root!r} is not an absolute directory path or s3:// prefix")
         return roots
 
     def effective_roots(self) -> list[str]:
-        """`allowed_roots`, defaulting to `[root]`; empty means no path is accepted."""
+        """The local directories of `allowed_roots`, defaulting to `[root]`; empty means no
+        local path is accepted."""
+        return [root for root in self._all_roots() if not is_object_url(root)]
+
+    def local_root(self) -> str:
+        """`root` when it is a local directory, else `""`."""
+        return "" if is_object_url(self.root) else self.root
+
+    def object_root(self) -> ObjectPrefix | None:
+        return parse_prefix(self.root) if is_object_url(self.root) else None
+
+    def object_roots(self) -> tuple[ObjectPrefix, ...]:
+        """The object prefixes of `allowed_roots`, defaulting to `[root]`."""
+        return tuple(parse_prefix(root) for root in self._all_roots() if is_object_url(root))
+
+    def _all_roots(self) -> list[str]:
         if self.allowed_roots:
             return list(self.allowed_roots)
         return [self.root] if self.root else []
+
+
+def _object_prefix(url: str) -> bool:
+    """Whether `url` is a well-formed `s3://bucket/prefix/` (ValueError naming why if not)."""
+    if not is_object_url(url):
+        return False
+    try:
+        parse_prefix(url)
+    except MalformedName as exc:
+        raise ValueError(f"{url!r} {exc}") from None
+    return True
 
 
 class CacheConfig(_Section):
@@ -158,6 +189,23 @@ class SpliceConfig(_Section):
     mode: Literal["data_uri", "file_url"] = "data_uri"
     chat_part: Literal["audio_url", "input_audio"] = "audio_url"
     part_uuid: bool = False
+    remote: Literal["data_uri", "presigned_url"] = "data_uri"
+
+
+class S3Config(_Section):
+    """The S3 (or S3-compatible) store; credentials come from the standard AWS sources."""
+
+    endpoint_url: str = ""
+    region: str = ""
+    allow_http: bool = False
+    timeout_seconds: float = Field(30.0, gt=0)
+    max_concurrency: int = Field(64, ge=1)
+    revalidate: bool = True
+    presign_seconds: int = Field(3600, ge=1, le=7 * 24 * 3600)  # SigV4 allows up to 7 days
+
+
+class StorageConfig(_Section):
+    s3: S3Config = S3Config()
 
 
 class ResponsesConfig(_Section):
@@ -171,6 +219,17 @@ class Config(_Section):
     cache: CacheConfig = CacheConfig()
     splice: SpliceConfig = SpliceConfig()
     responses: ResponsesConfig = ResponsesConfig()
+    storage: StorageConfig = StorageConfig()
+
+    @model_validator(mode="after")
+    def _objects_need_bytes_or_urls(self) -> Config:
+        file_urls = self.splice.mode == "file_url" and self.splice.remote == "data_uri"
+        if file_urls and self.audio.object_roots():
+            raise ValueError(
+                "splice.mode = 'file_url' sends no audio bytes, so s3:// roots need "
+                "splice.remote = 'presigned_url'"
+            )
+        return self
 
     def with_overrides(self, **sections: dict[str, Any]) -> Config:
         """A copy with some keys replaced, validated like the file (used by CLI flags)."""

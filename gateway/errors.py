@@ -8,7 +8,9 @@
     ├── AudioFileChanged              409 conflict_error
     ├── PayloadTooLarge               413 invalid_request_error
     ├── UpstreamUnavailable           502 upstream_error
+    │   └── AudioStorageError         502 upstream_error (the object store failed)
     └── UpstreamTimeout               504 upstream_error
+        └── AudioStorageTimeout       504 upstream_error (the object store did not answer)
 
 Each instance carries the OpenAI error fields (`message`, `param`, `code`); the error
 middleware in `app.py` is the one place that turns them into HTTP responses. Upstream 4xx/5xx
@@ -89,3 +91,12 @@ class UpstreamUnavailable(GatewayError):
 class UpstreamTimeout(GatewayError):
     status = 504
     error_type = "upstream_error"
+
+
+class AudioStorageError(UpstreamUnavailable):
+    """The object store refused or failed a request (credentials included); the message
+    names the object URL and the store's error code, never a credential."""
+
+
+class AudioStorageTimeout(UpstreamTimeout):
+    """The object store did not answer within `storage.s3.timeout_seconds`."""

@@ -10,6 +10,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 ADDED_LATENCY_BUCKETS_SECONDS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )  # fmt: skip
+STORAGE_BUCKETS_SECONDS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
 
 
 class GatewayMetrics:
@@ -58,6 +61,20 @@ class GatewayMetrics:
             buckets=ADDED_LATENCY_BUCKETS_SECONDS,
             registry=registry,
         )
+        self.storage_requests = Counter(
+            "audio_gateway_storage_requests",
+            "Object-store requests, by operation (head, get) and outcome.",
+            ["op", "outcome"],
+            registry=registry,
+        )
+        self.storage_seconds = Histogram(
+            "audio_gateway_storage_seconds",
+            "Object-store request latency: a HEAD, or a GET until its body is read (a streamed "
+            "GET: until its stream ends).",
+            ["op"],
+            buckets=STORAGE_BUCKETS_SECONDS,
+            registry=registry,
+        )
 
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}
@@ -75,6 +92,10 @@ class GatewayMetrics:
         if histogram is None:
             histogram = self._latency_histograms[route] = self.added_latency.labels(route)
         histogram.observe(seconds)
+
+    def observe_storage(self, op: str, outcome: str, seconds: float) -> None:
+        self.storage_requests.labels(op, outcome).inc()
+        self.storage_seconds.labels(op).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

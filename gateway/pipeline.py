@@ -11,13 +11,12 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pybase64
 
-from .audio import BatchedResolver, PathPolicy, ResolvedClip
+from .audio import BatchedResolver, PathPolicy
 from .body import Placeholders, Segment, SegmentedPayload
 from .cache import AudioStore
 from .config import AudioConfig, SpliceConfig
@@ -33,6 +32,9 @@ from .sidechannel import (
     read_sidechannel,
     strip_sidechannel,
 )
+from .sources import AudioSource
+from .sources.local import LocalClip
+from .sources.objects import ObjectClip, ObjectSources
 from .splice import Part, splice_chat, splice_responses
 
 log = logging.getLogger(__name__)
@@ -42,10 +44,12 @@ FileAudio = EncodedAudio | StreamedAudio
 
 @dataclass(frozen=True, slots=True)
 class PathClip:
-    """A checked path and its audio (in file:// mode, just its sniffed MIME type and digest)."""
+    """A checked file or object and its audio; with `url` (file:// mode, presigned objects)
+    vLLM fetches it and `audio` holds just its sniffed MIME type and digest."""
 
-    resolved: ResolvedClip
+    source: AudioSource
     audio: FileAudio
+    url: str | None = None
 
 
 LoadedClip = InlineAudio | PathClip
@@ -96,6 +100,7 @@ class RewritePipeline:
         audio: AudioConfig,
         policy: PathPolicy,
         store: AudioStore,
+        objects: ObjectSources | None = None,
     ):
         self.config = config
         self.max_clips = audio.max_clips
@@ -104,7 +109,9 @@ class RewritePipeline:
         self.max_decode_bytes = audio.max_decode_bytes
         self.resolver = BatchedResolver(policy, threads=audio.resolver_threads)
         self.store = store
+        self.objects = objects
         self.file_urls = config.mode == "file_url"
+        self.presigned = config.remote == "presigned_url"
         self._legacy_key_logged = False
 
     async def rewrite(
@@ -120,7 +127,7 @@ class RewritePipeline:
         if sidechannel.key == LEGACY_INLINE_KEY:
             self._log_legacy_key_once()
         strip_sidechannel(body, sidechannel.key)
-        clips = await self._load(sidechannel.clips)
+        clips = await self._load(sidechannel.clips, shape)
         try:
             for clip in clips:
                 self._check_length(clip)
@@ -132,31 +139,60 @@ class RewritePipeline:
             await _close_streams(clips)
             raise
 
-    async def _load(self, refs: tuple[InlineAudio | PathAudio, ...]) -> list[LoadedClip]:
-        """The audio of every clip: paths resolved in one worker-thread hop, then read or cached."""
+    async def _load(
+        self, refs: tuple[InlineAudio | PathAudio, ...], shape: RouteShape
+    ) -> list[LoadedClip]:
+        """The audio of every clip: each checked by its kind's policy, then read or cached."""
         if isinstance(refs[0], InlineAudio):
             return [refs[0]]
-        resolved = await self.resolver.resolve(refs)  # type: ignore[arg-type]
-        if len(resolved) == 1:
-            return [PathClip(resolved[0], await self.store.get(resolved[0]))]
-        results = await asyncio.gather(*map(self.store.get, resolved), return_exceptions=True)
-        loaded: list[LoadedClip] = [
-            PathClip(clip, audio)
-            for clip, audio in zip(resolved, results, strict=True)
-            if not isinstance(audio, BaseException)
-        ]
+        # input_audio has no URL form: there, objects go as bytes even in presigned mode.
+        presigned = self.presigned and not shape.input_audio_parts
+        sources = await self.sources(refs, presigned=presigned)  # type: ignore[arg-type]
+        if len(sources) == 1:
+            return [await self._loaded(sources[0])]
+        results = await asyncio.gather(*map(self._loaded, sources), return_exceptions=True)
+        loaded: list[LoadedClip] = [r for r in results if not isinstance(r, BaseException)]
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
             await _close_streams(loaded)
             raise failure
         return loaded
 
+    async def sources(self, refs: Sequence[PathAudio], *, presigned: bool) -> list[AudioSource]:
+        """Local paths resolved in one worker-thread hop, objects checked and HEADed
+        concurrently (with `presigned`, to go upstream as URLs); the one place that tells
+        the kinds apart."""
+        objects = self.objects
+        claimed = [objects is not None and objects.policy.claims(ref) for ref in refs]
+        local_refs = [ref for ref, is_object in zip(refs, claimed, strict=True) if not is_object]
+        local = iter(await self.resolver.resolve(local_refs) if local_refs else [])
+        object_refs = [ref for ref, is_object in zip(refs, claimed, strict=True) if is_object]
+        remote = iter(await self._object_sources(object_refs, presigned))
+        return [
+            next(remote) if is_object else LocalClip(next(local), self.file_urls)
+            for is_object in claimed
+        ]
+
+    async def _object_sources(self, refs: list[PathAudio], presigned: bool) -> list[ObjectClip]:
+        if not refs:
+            return []
+        assert self.objects is not None
+        return await asyncio.gather(*(self.objects.source(r, presigned=presigned) for r in refs))
+
+    async def _loaded(self, source: AudioSource) -> PathClip:
+        audio = await self.store.get(source)
+        try:
+            return PathClip(source, audio, await source.upstream_url())
+        except BaseException:
+            if isinstance(audio, StreamedAudio):
+                await audio.aclose()
+            raise
+
     def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
         part: Part
-        if isinstance(clip, PathClip) and self.file_urls:
-            # input_audio has no URL form: in file:// mode every path clip is an audio_url part.
-            url = Path(clip.resolved.real_path).as_uri()
-            part = {"type": "audio_url", "audio_url": {"url": url}}
+        if isinstance(clip, PathClip) and clip.url is not None:
+            # input_audio has no URL form: a clip vLLM fetches is an audio_url part.
+            part = {"type": "audio_url", "audio_url": {"url": clip.url}}
         else:
             mime, lead, segments = _base64_segments(clip)
             if shape.input_audio_parts:
@@ -200,7 +236,7 @@ def _named(clip: LoadedClip) -> tuple[str, str, str]:
     """How error messages name a clip: its label, the reference as given, and the param."""
     if isinstance(clip, InlineAudio):
         return clip.param, clip.uri[: clip.payload_start] + "...", clip.param
-    ref = clip.resolved.ref
+    ref = clip.source.ref
     return ref.label, ref.given, ref.param
 
 

@@ -24,9 +24,7 @@ import pybase64
 from aiohttp import web
 from aiohttp.helpers import parse_mimetype
 
-from .audio import BatchedResolver
 from .body import SegmentedPayload
-from .cache import AudioStore
 from .config import AudioConfig
 from .durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from .encoder import StreamedAudio
@@ -41,7 +39,7 @@ from .multipart import (
     form_fields,
     text_part,
 )
-from .pipeline import parse_json_object
+from .pipeline import RewritePipeline, parse_json_object
 from .relay import request_body_chunks, request_body_length, request_headers_for_upstream
 from .sidechannel import (
     LEGACY_INLINE_KEY,
@@ -71,11 +69,8 @@ class SpeechUploads:
     """Turns a speech-to-text request into the request for vLLM; `prepare` returns None for a
     body that is neither multipart nor JSON (the plain passthrough relays it)."""
 
-    def __init__(
-        self, resolver: BatchedResolver, store: AudioStore, audio: AudioConfig, max_body: int
-    ) -> None:
-        self.resolver = resolver
-        self.store = store
+    def __init__(self, pipeline: RewritePipeline, audio: AudioConfig, max_body: int) -> None:
+        self.pipeline = pipeline  # its sources (local files, objects) and its store
         self.audio = audio
         self.max_clip_bytes = audio.max_file_bytes
         self.max_body_bytes = max_body
@@ -183,8 +178,8 @@ class SpeechUploads:
             )
             self._check_limits(header, ref.param, ref.uri[: ref.payload_start] + "...", ref.param)
             return upload
-        clip = (await self.resolver.resolve([ref]))[0]
-        audio = await self.store.get(clip, raw=True)
+        clip = (await self.pipeline.sources([ref], presigned=False))[0]
+        audio = await self.pipeline.store.get(clip, raw=True)
         try:
             self._check_limits(audio.header, ref.label, ref.given, ref.param)
         except BaseException:

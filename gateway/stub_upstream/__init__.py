@@ -1,16 +1,17 @@
 """A vLLM-faithful stub upstream, for tests, `audio-gateway demo` and `bench/`.
 
-It parses chat-completions and Responses bodies the way vLLM's OpenAI server does, rejects
-what vLLM would reject (unknown content parts, non-audio MIME types, bad base64, undecodable
+It parses chat-completions and Responses bodies the way vLLM's OpenAI server does and refuses
+what vLLM 0.33 refuses: unknown content parts, non-audio MIME types, bad base64, undecodable
 audio, an `input_audio.format` other than wav/mp3, audio over VLLM_MAX_AUDIO_DECODE_DURATION_S
-or VLLM_MAX_AUDIO_DECODE_BYTES read from its header as vLLM's soundfile loader reads it,
-`file://` outside its allowed media path, non-string Responses metadata, and as vLLM 0.33 any
-audio part in Responses input unless `responses_accept_audio`), decodes every clip, and
-answers with what it got: per clip the sha256 of the decoded bytes, MIME type, size, duration
-and sample rate. Chat answers honour `max_tokens` (a word a token) and carry `reasoning` when
-the `X-Stub-Reasoning` header gives it. Streams SSE when asked; speaks vLLM's realtime
-WebSocket (`/v1/realtime`, see `realtime.py`). The speech-to-text routes read their multipart
-form as vLLM's FastAPI handler does (`speech.py`). Run alone with
+or VLLM_MAX_AUDIO_DECODE_BYTES (read from its header as vLLM's soundfile loader reads it),
+`file://` outside its allowed media path, http(s) hosts outside its allowed media domains,
+non-string Responses metadata, and any audio part in Responses input (unless
+`responses_accept_audio`). It fetches http(s) audio URLs as vLLM's MediaConnector does,
+decodes every clip, and answers with what it got: per clip the sha256 of the decoded bytes,
+MIME type, size, duration and sample rate. Chat answers honour `max_tokens` (a word a token)
+and carry `reasoning` when the `X-Stub-Reasoning` header gives it. It streams SSE when asked,
+speaks vLLM's realtime WebSocket (`/v1/realtime`, `realtime.py`), and reads the speech-to-text
+routes' multipart forms as vLLM's FastAPI handler does (`speech.py`). Run alone with
 `python -m gateway.stub_upstream --port 8000`.
 """
 

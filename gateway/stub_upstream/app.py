@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .media import ClipReport, StubRejection
+from .media import AUDIO_FETCH_TIMEOUT_SECONDS, ClipReport, StubRejection
 from .parts import chat_message_clips, responses_item_clips
 from .realtime import echo_session, realtime
 from .speech import add_speech_routes
@@ -25,14 +25,22 @@ def create_stub_app(
     *,
     record: bool = True,
     responses_accept_audio: bool = False,
+    allowed_media_domains: list[str] | None = None,
 ) -> web.Application:
     """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
-    and `audio_url` parts; vLLM 0.33's refuses them (the default)."""
+    and `audio_url` parts; vLLM 0.33's refuses them (the default). `allowed_media_domains` is
+    vLLM's --allowed-media-domains (None: any host); the fetch timeout is
+    VLLM_AUDIO_FETCH_TIMEOUT from the environment, as vLLM reads it."""
     app = web.Application(client_max_size=2 * 1024**3, middlewares=[_count])
+    timeout = float(os.environ.get("VLLM_AUDIO_FETCH_TIMEOUT", AUDIO_FETCH_TIMEOUT_SECONDS))
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
         if allowed_local_media_path
         else None,
+        allowed_media_domains=tuple(allowed_media_domains)
+        if allowed_media_domains is not None
+        else None,
+        audio_fetch_timeout_seconds=timeout,
         record=record,
         responses_accept_audio=responses_accept_audio,
     )
@@ -354,11 +362,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
     )
+    parser.add_argument("--allowed-media-domains", nargs="+", default=None)
     args = parser.parse_args(argv)
     app = create_stub_app(
         args.allowed_local_media_path,
         record=False,
         responses_accept_audio=args.responses_accept_audio,
+        allowed_media_domains=args.allowed_media_domains,
     )
     web.run_app(
         app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None

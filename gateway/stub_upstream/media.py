@@ -1,5 +1,5 @@
-"""What the stub does with one clip: take it from a data URI or a file:// URL and decode it
-the way vLLM's audio loader would (by content), or reject it as vLLM would."""
+"""What the stub does with one clip: take it from a data URI, a file:// URL or an http(s) URL
+and decode it the way vLLM's audio loader would (by content), or reject it as vLLM would."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import aiohttp
 import pybase64
 
 try:  # soundfile reads WAV/FLAC/Ogg as vLLM does; without it WAV falls back to `wave`.
@@ -30,13 +31,16 @@ SOUNDFILE_CONTAINERS = ("wav", "flac", "ogg")
 DATA_URI = re.compile(r"^data:([^;,]+)((?:;[^;,]+)*);base64,", re.ASCII)
 
 
+AUDIO_FETCH_TIMEOUT_SECONDS = 10.0  # vLLM's default VLLM_AUDIO_FETCH_TIMEOUT
+
+
 class StubRejection(Exception):
     """What vLLM would answer 400 to."""
 
 
 @dataclass(frozen=True)
 class ClipReport:
-    source: str  # "data" or "file"
+    source: str  # "data", "file" or "url"
     mime: str
     container: str
     bytes: int
@@ -62,6 +66,30 @@ async def read_local_media(url: str, allowed_path: str | None) -> bytes:
     if allowed_path is None:
         raise StubRejection("Cannot load local files without `--allowed-local-media-path`.")
     return await asyncio.to_thread(_read_local_file, unquote(urlparse(url).path), allowed_path)
+
+
+async def fetch_remote_media(
+    url: str, allowed_domains: tuple[str, ...] | None, timeout_seconds: float
+) -> bytes:
+    """As vLLM's MediaConnector: GET an http(s) URL, only from `--allowed-media-domains` when
+    that is set, within VLLM_AUDIO_FETCH_TIMEOUT."""
+    host = urlparse(url).hostname
+    if allowed_domains is not None and host not in allowed_domains:
+        raise StubRejection(
+            f"The URL must be from one of the allowed domains: {list(allowed_domains)}. "
+            f"Input URL domain: {host}"
+        )
+    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url) as response,
+        ):
+            if response.status != 200:
+                raise StubRejection(f"failed to fetch audio from {host}: HTTP {response.status}")
+            return await response.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise StubRejection(f"failed to fetch audio from {host}: {exc!r}") from None
 
 
 def _read_local_file(path: str, root: str) -> bytes:

@@ -11,6 +11,7 @@ from .media import (
     StubRejection,
     b64_bytes,
     decode_audio,
+    fetch_remote_media,
     read_local_media,
 )
 from .state import StubState
@@ -88,7 +89,12 @@ async def _audio_url_clip(value: Any, state: StubState, uuid: str | None) -> Cli
     if url.startswith("file:"):
         data = await read_local_media(url, state.allowed_local_media_path)
         return decode_audio(data, "file", "", uuid)
-    raise StubRejection(f"the stub fetches no remote media: {url[:40]!r}")
+    if url.startswith(("http://", "https://")):
+        data = await fetch_remote_media(
+            url, state.allowed_media_domains, state.audio_fetch_timeout_seconds
+        )
+        return decode_audio(data, "url", "", uuid)
+    raise StubRejection(f"unsupported audio URL scheme: {url[:40]!r}")
 
 
 def _input_audio_clip(value: Any, uuid: str | None) -> ClipReport:

@@ -20,6 +20,8 @@ class ReceivedRequest:
 @dataclass
 class StubState:
     allowed_local_media_path: str | None = None
+    allowed_media_domains: tuple[str, ...] | None = None  # None: any host (vLLM's default)
+    audio_fetch_timeout_seconds: float = 10.0
     record: bool = True
     responses_accept_audio: bool = False
     requests: list[ReceivedRequest] = field(default_factory=list)
