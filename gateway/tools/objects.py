@@ -56,8 +56,11 @@ class ObjectChecks:
         return self._run(self._head(clip))
 
     def close(self) -> None:
+        """Stop the loop; object checks still in flight (a run cut short) are cancelled, so
+        no worker waits on them forever."""
         if self._loop is None or self._thread is None:
             return
+        asyncio.run_coroutine_threadsafe(_cancel_others(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
@@ -89,3 +92,10 @@ class ObjectChecks:
                 )
                 self._thread.start()
             return self._loop
+
+
+async def _cancel_others() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
