@@ -28,7 +28,7 @@ from .objectstore import (
 )
 from .test_tools_check import NEMO_P, PS, P, chat, nemo_gym, path, paths
 from .test_tools_convert import audio_of
-from .tools_helpers import read_jsonl, run_json, write_jsonl
+from .tools_helpers import error_examples, read_jsonl, run_json, write_jsonl
 
 __all__ = ["aws_environment", "s3_server", "silent_store"]  # fixtures, used by name
 
@@ -127,11 +127,7 @@ async def test_check_finds_every_object_error_on_its_line_as_the_server_answers_
     status, summary = run_json("check", str(data), "--config", str(config))
 
     assert status == 1
-    found = {
-        code: [(e["line"], e["key"], e["path"]) for e in group["examples"]]
-        for code, group in summary["errors"].items()
-    }
-    assert found == expected
+    assert error_examples(summary) == expected
     for group in summary["errors"].values():
         assert all(repr(e["path"]) in e["message"] for e in group["examples"])
     assert summary["rows_with_errors"] == len(rows) // 2
