@@ -42,9 +42,7 @@ from .relay import (
     upstream_target,
 )
 from .sidechannel import carries_sidechannel
-from .sources.names import ObjectPolicy
-from .sources.objects import ObjectSources
-from .sources.s3 import S3Client
+from .sources.objects import object_sources
 from .speech import SpeechUploads
 from .upstream import UpstreamPool
 from .websocket import WebSocketRelay, WebSocketUpgrades
@@ -118,18 +116,6 @@ async def websocket_relay(app: web.Application) -> AsyncIterator[None]:
     app[websocket_relay_key] = await WebSocketRelay.open(app[config_key].upstream, app[metrics_key])
     yield
     await app[websocket_relay_key].close()
-
-
-def object_sources(config: Config, metrics: GatewayMetrics) -> ObjectSources:
-    """Blocking (the credential chain may ask the instance metadata service): the object
-    policy of `audio`, and a store client for every bucket it allows."""
-    policy = ObjectPolicy(config.audio.object_root(), config.audio.object_roots())
-    return ObjectSources(
-        policy,
-        S3Client(config.storage.s3, policy.buckets, metrics),
-        config.storage.s3,
-        max_file_bytes=config.audio.max_file_bytes,
-    )
 
 
 def rewriting(shape: RouteShape) -> Handler:

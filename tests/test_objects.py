@@ -125,6 +125,21 @@ async def test_relative_paths_join_an_object_root(
     await gateway_error(outside, 403, "metadata.audio_path")
 
 
+async def test_a_transcription_uploads_the_objects_exact_bytes(
+    s3_gateway: Client, s3_server: S3Server, bucket: str, audio_dir: Path, stub: StubState
+) -> None:
+    body = s3_server.put(bucket, "data/sub/b.wav", audio_dir / "b.wav")
+    metadata = {"audio_path": f"s3://{bucket}/data/sub/b.wav"}
+    response = await s3_gateway.post(
+        "/v1/audio/transcriptions", json={"model": "stub-audio-model", "metadata": metadata}
+    )
+    assert response.status == 200, await response.text()
+    report = (await response.json())["stub"]
+    assert report["clip"]["sha256"] == sha(body)
+    assert (report["filename"], report["content_type"]) == ("b.wav", "audio/wav")
+    assert body in stub.requests[-1].body  # the object's own bytes, not base64
+
+
 async def test_a_big_object_is_streamed_uncached_and_arrives_whole(
     make_gateway: GatewayFactory, s3_server: S3Server, bucket: str, tmp_path: Path
 ) -> None:

@@ -23,7 +23,7 @@ from gateway.tools.check import ROWS_IN_FLIGHT_PER_JOB, RowChecker, check_rows
 from gateway.tools.jsonl import Line
 
 from .conftest import write_encoded_tone
-from .tools_helpers import data_uri, run_json, run_tool, write_jsonl
+from .tools_helpers import data_uri, error_examples, run_json, run_tool, write_jsonl
 
 CHECK_CONFIG = """
 [server]
@@ -130,11 +130,7 @@ def test_every_server_error_is_found_on_its_line(bad_audio: Path, tmp_path: Path
     code, summary = run_json("check", str(data), "--config", str(config))
 
     assert code == 1
-    found = {
-        code: [(e["line"], e["key"], e["path"]) for e in group["examples"]]
-        for code, group in summary["errors"].items()
-    }
-    assert found == expected
+    assert error_examples(summary) == expected
     assert {c: g["count"] for c, g in summary["errors"].items()} == {
         c: len(v) for c, v in expected.items()
     }

@@ -45,3 +45,11 @@ def read_jsonl(path: Path) -> list[Any]:
 
 def data_uri(data: bytes, mime: str = "audio/wav") -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def error_examples(summary: dict[str, Any]) -> dict[str, list[tuple[int, str | None, Any]]]:
+    """A summary's errors as {code: [(line, key, path as written), ...]}."""
+    return {
+        code: [(e["line"], e["key"], e["path"]) for e in group["examples"]]
+        for code, group in summary["errors"].items()
+    }

@@ -14,17 +14,31 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable
 import pybase64
 from cachetools import LRUCache
 
-from ..config import S3Config
+from ..config import Config, S3Config
 from ..durations import HEADER_BYTES, AudioHeader, read_header
 from ..encoder import READ_CHUNK_BYTES, EncodedAudio, StreamedAudio, base64_size
 from ..errors import AudioFileChanged, PayloadTooLarge
 from ..formats import SNIFF_BYTES, checked_mime
+from ..metrics import GatewayMetrics
 from ..sidechannel import PathAudio
 from .names import ObjectName, ObjectPolicy
 from .s3 import ObjectInfo, S3Client
 
 STREAM_CHUNK_BYTES = 1024 * 1024  # a streamed GET's chunks: small, for a flat peak RSS
 KNOWN_OBJECTS = 65_536  # HEAD results kept for revalidate = false (~0.5 KB each)
+
+
+def object_sources(config: Config, metrics: GatewayMetrics) -> ObjectSources:
+    """Blocking (the credential chain may ask the instance metadata service): the object
+    policy of `audio`, and a store client for every bucket it allows. `serve` and the
+    dataset tools build theirs here, so both check objects alike."""
+    policy = ObjectPolicy(config.audio.object_root(), config.audio.object_roots())
+    return ObjectSources(
+        policy,
+        S3Client(config.storage.s3, policy.buckets, metrics),
+        config.storage.s3,
+        max_file_bytes=config.audio.max_file_bytes,
+    )
 
 
 class ObjectSources:

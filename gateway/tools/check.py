@@ -1,10 +1,12 @@
 """`audio-gateway check`: every row held to the server's rules, with its clips' facts.
 
 A row is checked in the order the server works (`pipeline.RewritePipeline.rewrite`): the body,
-the sidechannel, the paths (all resolved, then all opened and sniffed), the part formats and
-the splice; the first error is the row's error, with the server's code. The file checks of many
-rows run at once on `jobs` worker threads while the main thread parses the next rows; results
-are taken in row order, so the first examples of each error are the first in the file.
+the sidechannel, the paths (local files resolved, then objects named and HEADed, then each clip
+opened or fetched and sniffed), the part formats and the splice; the first error is the row's
+error, with the server's code. The file and object checks of many rows run at once on `jobs`
+worker threads (objects through `objects.ObjectChecks`) while the main thread parses the next
+rows; results are taken in row order, so the first examples of each error are the first in the
+file.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,7 +35,9 @@ from ..sidechannel import (
     carries_sidechannel,
     read_sidechannel,
 )
+from ..sources.objects import ObjectClip
 from .jsonl import Line
+from .objects import ObjectChecks
 from .rows import (
     RowRequest,
     parse_row,
@@ -96,12 +100,19 @@ class _PathFailure(Exception):
 
 
 class RowChecker:
-    """Checks rows against one config, as `serve` with that config would."""
+    """Checks rows against one config, as `serve` with that config would; `close` it when done
+    (it may hold an event loop for object checks)."""
 
-    def __init__(self, config: Config, policy: PathPolicy) -> None:
+    def __init__(
+        self, config: Config, policy: PathPolicy, objects: ObjectChecks | None = None
+    ) -> None:
         self.config = config
         self.policy = policy
+        self.objects = objects or ObjectChecks(config)
         self._heads: dict[tuple[str, int, int], _Head] = {}
+
+    def close(self) -> None:
+        self.objects.close()
 
     def prepare(self, line: Line) -> _Prepared:
         """The CPU part, on the calling thread: body, sidechannel, inline audio, splice."""
@@ -115,11 +126,12 @@ class RowChecker:
         return prepared
 
     def check_paths(self, prepared: _Prepared) -> list[ClipFacts]:
-        """Blocking, on a worker thread: resolve every path, then open and sniff each file,
-        then name each part's format (the server's order: the first failure is the row's)."""
-        resolved = [self._failing_as(ref, self.policy.resolve, ref) for ref in prepared.refs]
+        """Blocking, on a worker thread: resolve every path and HEAD every object, then open or
+        fetch and sniff each clip, then name each part's format (the server's order: the first
+        failure is the row's)."""
+        resolved = self._sources(prepared.refs)
         prefix = prepared.request.prefix if prepared.request is not None else ""
-        facts = [self._failing_as(clip.ref, self._file_facts, clip, prefix) for clip in resolved]
+        facts = [self._failing_as(clip.ref, self._clip_facts, clip, prefix) for clip in resolved]
         fix = prepared.input_audio_fix
         if fix is not None and self.config.splice.mode == "data_uri":
             for clip, (_, mime) in zip(resolved, facts, strict=True):
@@ -127,6 +139,26 @@ class RowChecker:
                 name = {"label": ref.label, "given": ref.given, "param": ref.param}
                 self._failing_as(ref, partial(input_audio_format, mime, **name, fix=fix))
         return [clip for clip, _ in facts]
+
+    def _sources(self, refs: Sequence[PathAudio]) -> list[ResolvedClip | ObjectClip]:
+        """Every reference checked by its kind's policy, as the pipeline's `sources` does:
+        local paths first, then the objects (names, HEADs) concurrently."""
+        claimed = [self.objects.claims(ref) for ref in refs]
+        local = [
+            self._failing_as(ref, self.policy.resolve, ref)
+            for ref, is_object in zip(refs, claimed, strict=True)
+            if not is_object
+        ]
+        object_refs = [ref for ref, is_object in zip(refs, claimed, strict=True) if is_object]
+        remote: list[ObjectClip] = []
+        for ref, result in zip(object_refs, self.objects.clips(object_refs), strict=True):
+            if isinstance(result, GatewayError):
+                raise _PathFailure(ref, result)
+            if isinstance(result, BaseException):
+                raise result
+            remote.append(result)
+        locals_, objects = iter(local), iter(remote)
+        return [next(objects) if is_object else next(locals_) for is_object in claimed]
 
     @staticmethod
     def _failing_as(ref: PathAudio, check: Callable[..., _T], *args: Any) -> _T:
@@ -213,7 +245,26 @@ class RowChecker:
             return error
         return None
 
-    def _file_facts(self, clip: ResolvedClip, prefix: str) -> tuple[ClipFacts, str]:
+    def _clip_facts(self, clip: ResolvedClip | ObjectClip, prefix: str) -> tuple[ClipFacts, str]:
+        if isinstance(clip, ObjectClip):
+            mime, header = self.objects.head(clip)
+            real_path = clip.info.name.url
+        else:
+            mime, header = self._file_head(clip)
+            real_path = clip.real_path
+        ref = clip.ref
+        check_decode_limits(
+            header,
+            self.config.audio.max_duration_seconds,
+            self.config.audio.max_decode_bytes,
+            label=ref.label,
+            given=ref.given,
+            param=ref.param,
+        )
+        seconds = None if header is None else header.seconds
+        return ClipFacts(prefix + ref.label, ref.given, real_path, clip.size, seconds), mime
+
+    def _file_head(self, clip: ResolvedClip) -> tuple[str, AudioHeader | None]:
         head = self._heads.get(clip.cache_key)
         if head is None:
             head = _read_head(clip)
@@ -224,17 +275,7 @@ class RowChecker:
         mime = checked_mime(
             head.sniff, ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
         )
-        check_decode_limits(
-            head.header,
-            self.config.audio.max_duration_seconds,
-            self.config.audio.max_decode_bytes,
-            label=ref.label,
-            given=ref.given,
-            param=ref.param,
-        )
-        seconds = None if head.header is None else head.header.seconds
-        facts = ClipFacts(prefix + ref.label, ref.given, clip.real_path, clip.size, seconds)
-        return facts, mime
+        return mime, head.header
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
         return row_error(prepared.line, prepared.request, error, path)

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ..audio import PathPolicy
 from ..config import Config, ConfigError, describe_validation_error, load_config
+from ..sources.names import is_object_url
 from .check import RowChecker, check_rows
 from .convert import run_convert
 from .jobs import default_jobs
@@ -37,7 +38,10 @@ def add_commands(commands: Any) -> None:
         "--jobs",
         type=int,
         metavar="N",
-        help="concurrent file checks (default: 4 on local disks, 32 on network file systems)",
+        help=(
+            "concurrent file and object checks (default: 4 on local disks, 32 on network "
+            "file systems or object storage)"
+        ),
     )
     check.add_argument("--json", action="store_true", help="a JSON summary on stdout")
 
@@ -76,11 +80,13 @@ def run_command(args: argparse.Namespace) -> int:
 
 def tools_config(args: argparse.Namespace) -> Config:
     """`--config` with `--audio-root` over it, as `serve` reads them (a relative root is taken
-    from the working directory)."""
+    from the working directory; an `s3://bucket/prefix/` root is an object root)."""
     config = load_config(args.config)
-    root = os.path.abspath(args.audio_root) if args.audio_root else None
-    if root is not None and not os.path.isdir(root):
-        raise UsageError(f"--audio-root {args.audio_root}: not a directory")
+    root = args.audio_root or None
+    if root is not None and not is_object_url(root):
+        root = os.path.abspath(root)
+        if not os.path.isdir(root):
+            raise UsageError(f"--audio-root {args.audio_root}: not a directory")
     try:
         return config.with_overrides(audio={"root": root})
     except ValidationError as exc:
@@ -92,12 +98,13 @@ def run_check(args: argparse.Namespace) -> int:
     config = tools_config(args)
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    jobs = args.jobs or default_jobs(config.audio.effective_roots())
+    has_objects = bool(config.audio.object_roots())
+    jobs = args.jobs or default_jobs(config.audio.effective_roots(), objects=has_objects)
     checker = RowChecker(config, PathPolicy.from_config(config.audio))
     summary = CheckSummary(files)
     started = time.perf_counter()
     total = sum(os.path.getsize(path) for path in files)
-    with closing(Progress(total, "check")) as progress:
+    with closing(Progress(total, "check")) as progress, closing(checker):
         for path in files:
             for row in check_rows(read_lines(path), checker, jobs):
                 progress.advance(len(row.line.data))

@@ -29,6 +29,7 @@ from ..errors import GatewayError
 from ..metrics import GatewayMetrics
 from ..pipeline import RewritePipeline
 from ..sidechannel import read_sidechannel
+from ..sources.objects import object_sources
 from .blobs import ClipDirectory, StagedClip
 from .inline import InlineAudioFound, KeepInline, find_inline_audio, with_paths
 from .jsonl import AtomicFile, Line, UsageError, check_output_target, existing_inputs, read_lines
@@ -233,18 +234,22 @@ class Extractor(RowConverter):
 
 
 async def _pipeline(config: Config) -> RewritePipeline:
+    """The server's pipeline for `config`: its path policy, object sources and splice, with
+    a smaller cache."""
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
     splice = config.splice
     cache = config.cache.model_copy(
         update={"max_bytes": min(config.cache.max_bytes, TOOLS_CACHE_BYTES)}
     )
+    metrics = GatewayMetrics()
     store = AudioStore(
         cache,
-        GatewayMetrics(),
+        metrics,
         encode=splice.mode == "data_uri",
         digest=splice.part_uuid,
     )
-    return RewritePipeline(splice, config.audio, policy, store)
+    objects = await asyncio.to_thread(object_sources, config, metrics)
+    return RewritePipeline(splice, config.audio, policy, store, objects)
 
 
 def _make_clip_dir(path: str) -> None:

@@ -1,5 +1,5 @@
-"""How many file checks to run at once: few on local disks, many on network file systems,
-where each stat or open waits on a round trip rather than on the CPU."""
+"""How many file checks to run at once: few on local disks, many on network file systems and
+object storage, where each stat, open or HEAD waits on a round trip rather than on the CPU."""
 
 from __future__ import annotations
 
@@ -28,8 +28,11 @@ NETWORK_FILESYSTEMS = frozenset(
 MOUNTS_FILE = "/proc/self/mounts"
 
 
-def default_jobs(roots: list[str]) -> int:
-    """`NETWORK_JOBS` when any audio root lies on a network file system, else `LOCAL_JOBS`."""
+def default_jobs(roots: list[str], *, objects: bool = False) -> int:
+    """`NETWORK_JOBS` when any audio root lies on a network file system or on object storage
+    (`objects`), else `LOCAL_JOBS`."""
+    if objects:
+        return NETWORK_JOBS
     mounts = _read_mounts()
     for root in roots:
         kind = filesystem_type(os.path.realpath(root), mounts)

@@ -1,0 +1,101 @@
+"""`check`'s object references: the server's own `ObjectSources`, on an event loop of their own.
+
+`check` runs its file checks on worker threads, while object requests are async (obstore). A
+worker hands its row's objects to one event loop on a background thread and waits for them, as
+it waits on a file's `pread`: `--jobs` still bounds the rows in flight, the loop multiplexes
+their requests (within `storage.s3.max_concurrency`), and memory stays flat. Per object it does
+what `serve` does before sending one: the name checks (400 / 403), a HEAD for its identity and
+the size limit (404 / 413 / 502 / 504), then a ranged GET of its first `HEADER_BYTES` for
+sniffing and the duration header (`ObjectClip.load` without encoding, as in presigned mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Hashable, Sequence
+from typing import Any, TypeVar
+
+from cachetools import LRUCache
+
+from ..config import Config
+from ..durations import AudioHeader
+from ..metrics import GatewayMetrics
+from ..sidechannel import PathAudio
+from ..sources.objects import ObjectClip, object_sources
+
+_T = TypeVar("_T")
+HEAD_MEMO_ENTRIES = 65_536  # object versions whose first bytes were read (seeds repeat a clip)
+
+
+class ObjectChecks:
+    """Object references checked as `serve` checks them; blocking calls, for worker threads.
+    The loop's thread starts at the first object, so a dataset without any costs nothing."""
+
+    def __init__(self, config: Config) -> None:
+        self.sources = object_sources(config, GatewayMetrics())
+        self._heads: LRUCache[Hashable, tuple[str, AudioHeader | None]] = LRUCache(
+            maxsize=HEAD_MEMO_ENTRIES
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
+
+    def claims(self, ref: PathAudio) -> bool:
+        """Whether `ref` names an object (the server's test: `ObjectPolicy.claims`)."""
+        return self.sources.policy.claims(ref)
+
+    def clips(self, refs: Sequence[PathAudio]) -> list[ObjectClip | BaseException]:
+        """Each reference's checked clip (name, HEAD, size limit) or the error it got; the
+        references are checked concurrently, as the server's pipeline does."""
+        return self._run(self._clips(refs))
+
+    def head(self, clip: ObjectClip) -> tuple[str, AudioHeader | None]:
+        """The clip's sniffed MIME type and its header (400 `not_audio` as the server says);
+        an object version already read is not read again."""
+        return self._run(self._head(clip))
+
+    def close(self) -> None:
+        """Stop the loop; object checks still in flight (a run cut short) are cancelled, so
+        no worker waits on them forever."""
+        if self._loop is None or self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(_cancel_others(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        self._loop = self._thread = None
+
+    async def _clips(self, refs: Sequence[PathAudio]) -> list[ObjectClip | BaseException]:
+        checks = (self.sources.source(ref, presigned=False) for ref in refs)
+        return await asyncio.gather(*checks, return_exceptions=True)
+
+    async def _head(self, clip: ObjectClip) -> tuple[str, AudioHeader | None]:
+        """On the loop's thread only, so the memo needs no lock. The claimed MIME type is part
+        of the key: the same bytes may pass under one extension and fail under another."""
+        key = (clip.cache_key, clip.ref.claimed_mime)
+        known = self._heads.get(key)
+        if known is None:
+            audio = await clip.load(encode=False, digest=False)
+            self._heads[key] = known = (audio.mime, audio.header)
+        return known
+
+    def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(work, self._running_loop()).result()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._starting:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="check-objects", daemon=True
+                )
+                self._thread.start()
+            return self._loop
+
+
+async def _cancel_others() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
