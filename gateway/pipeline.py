@@ -177,7 +177,12 @@ class RewritePipeline:
         if not refs:
             return []
         assert self.objects is not None
-        return await asyncio.gather(*(self.objects.source(r, presigned=presigned) for r in refs))
+        lookups = (self.objects.source(r, presigned=presigned) for r in refs)
+        results = await asyncio.gather(*lookups, return_exceptions=True)
+        for result in results:  # the first failure in clip order, as `check` reports it
+            if isinstance(result, BaseException):
+                raise result
+        return results  # type: ignore[return-value]
 
     async def _loaded(self, source: AudioSource) -> PathClip:
         audio = await self.store.get(source)
