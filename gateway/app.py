@@ -18,6 +18,7 @@ from .audio import PathPolicy
 from .body import SegmentedPayload
 from .cache import AudioStore
 from .config import Config
+from .content_coding import read_decoded_body
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
 from .pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RewritePipeline, RouteShape
@@ -46,6 +47,9 @@ def create_app(config: Config) -> web.Application:
     app = web.Application(
         client_max_size=config.server.max_body_bytes,
         middlewares=[errors_as_json],
+        # Bodies stay as the client encoded them: passthrough relays them untouched (as nginx
+        # does) and the rewritten routes decode them themselves (content_coding.py).
+        handler_args={"auto_decompress": False},
     )
     app[config_key] = config
     app[metrics_key] = GatewayMetrics()
@@ -62,7 +66,9 @@ def create_app(config: Config) -> web.Application:
 
 
 async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
-    app[upstream_key] = create_upstream_pool(app[config_key].upstream)
+    config = app[config_key].upstream
+    ssl_context = await asyncio.to_thread(config.origin().ssl_context)  # reads the CA files
+    app[upstream_key] = create_upstream_pool(config, ssl_context)
     yield
     app[upstream_key].close()
 
@@ -87,10 +93,10 @@ def rewriting(shape: RouteShape) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        raw = await request.read()
+        raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         payload = await request.app[pipeline_key].rewrite(raw, shape)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
-        headers = request_headers_for_upstream(request, json_body=payload is not raw)
+        headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
         try:
             return await _relay(request, headers=headers, body=payload)
         finally:
@@ -105,10 +111,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     headers = request_headers_for_upstream(request)
     if not request.body_exists:
         return await _relay(request, headers=headers, body=None)
-    decoded = "Content-Encoding" in request.headers  # aiohttp decoded it: length unknown
-    length = None if decoded else request.content_length
     body = request_body_chunks(request)
-    return await _relay(request, headers=headers, body=body, content_length=length)
+    return await _relay(request, headers=headers, body=body, content_length=request.content_length)
 
 
 async def _relay(request: web.Request, **kwargs: Any) -> web.StreamResponse:

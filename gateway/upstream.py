@@ -4,6 +4,13 @@ aiohttp's ClientSession spent about a third of the gateway's CPU per request (re
 cookie jar, tracing, header normalisation) on work a proxy to one known origin does not need.
 This client writes the request head and the body segments straight to the transport and hands
 the response back as status, raw headers and body chunks, with backpressure both ways.
+
+Framing follows RFC 9112 as nginx applies it: a body without Content-Length or chunked coding
+ends when the upstream closes (and is then complete); HEAD, 204 and 304 answers have no body
+whatever their headers say; 1xx answers are skipped; trailers are dropped; a body cut short of
+its framing is an error; a Transfer-Encoding other than chunked, or anything llhttp cannot
+parse, is an answer that is not HTTP. Bytes the upstream sends out of turn (on an idle pooled
+connection, or after its answer) are never taken as an answer: the connection is dropped.
 """
 
 from __future__ import annotations
@@ -16,9 +23,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import httptools
-from yarl import URL
 
 from .body import SegmentedPayload
+from .origin import UpstreamOrigin
 
 RawHeaders = list[tuple[bytes, bytes]]
 MAX_BUFFERED_BODY_BYTES = 4 * 1024 * 1024  # pause reading the upstream above this
@@ -26,6 +33,10 @@ MAX_BUFFERED_BODY_BYTES = 4 * 1024 * 1024  # pause reading the upstream above th
 
 class UpstreamClosed(ConnectionError):
     """The upstream closed or broke the connection before the response was complete."""
+
+
+class UpstreamInvalidResponse(UpstreamClosed):
+    """The upstream answered with something that is not an HTTP/1.x response."""
 
 
 class UpstreamTimedOut(TimeoutError):
@@ -40,6 +51,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
+        self.idle = True  # no request in flight: bytes arriving now are out of turn
         self._parser = httptools.HttpResponseParser(self)  # llhttp parses message after message
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -49,7 +61,9 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.headers: RawHeaders = []
         self.complete = False
+        self.head_only = False  # a HEAD request: the answer ends with its head
         self._keep_alive = False
+        self._until_close = False  # neither Content-Length nor chunked: the body ends at EOF
         self.headers_done: asyncio.Future[None] = self._loop.create_future()
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
@@ -66,15 +80,23 @@ class _Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        if self.idle or self.complete:
+            self.abort()  # a stale answer, a 408 before closing, a body after a 204: not ours
+            return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamClosed(f"malformed response from the upstream: {exc}"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if not self.complete:
+                reason = exc.__context__ if isinstance(exc.__context__, UpstreamClosed) else exc
+                self._fail(UpstreamInvalidResponse(f"{reason or exc.__class__.__name__}"))
             self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if not self.complete:
+        if not self.complete and exc is None and self._until_close and self.headers_done.done():
+            self.complete = True  # a close-delimited body ends here, whole (RFC 9112 6.3)
+            self._wake()
+        elif not self.complete:
             self._fail(UpstreamClosed("the upstream closed the connection"))
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_exception(UpstreamClosed("the upstream closed the connection"))
@@ -90,18 +112,25 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks ----------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if not self.headers_done.done():  # after the head they are trailers: dropped, like nginx
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self.status = self._parser.get_status_code()
         if 100 <= self.status < 200:
             return  # an interim answer (103 Early Hints, ...): the real one follows
+        self._until_close = _body_until_close(self.headers)
         # Read now: llhttp forgets the message's keep-alive state once the message completes.
         self._keep_alive = self._parser.should_keep_alive()
-        if not self.headers_done.done():
+        if self.head_only:
+            self.complete = True  # llhttp cannot be told; the parser is replaced before reuse
+        if not self.headers_done.done():  # done already when it timed out
             self.headers_done.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:  # after a HEAD answer's head, or after the answer: out of turn
+            self._keep_alive = False
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > MAX_BUFFERED_BODY_BYTES and self.transport and not self._read_paused:
@@ -115,6 +144,11 @@ class _Connection(asyncio.Protocol):
             return
         self.complete = True
         self._wake()
+
+    def start_exchange(self, head_only: bool) -> None:
+        """A request goes out on this connection: from now on the upstream may answer."""
+        self.head_only = head_only
+        self.idle = False
 
     # used by UpstreamResponse -----------------------------------------------------------------
 
@@ -161,8 +195,26 @@ class _Connection(asyncio.Protocol):
             self._data_waiter.set_result(None)
 
     def reset_for_reuse(self) -> None:
+        if self.head_only:  # llhttp still waits for the body the HEAD answer's headers announced
+            self._parser = httptools.HttpResponseParser(self)
         self.reused = True
+        self.idle = True
         self._reset()
+
+
+def _body_until_close(headers: RawHeaders) -> bool:
+    """Whether the body is close-delimited; refuses a Transfer-Encoding other than chunked
+    (nginx does too: "upstream sent unknown Transfer-Encoding")."""
+    until_close = True
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"content-length":
+            until_close = False
+        elif lowered == b"transfer-encoding":
+            if value.strip().lower() != b"chunked":
+                raise UpstreamInvalidResponse(f"unsupported Transfer-Encoding {value!r}")
+            until_close = False
+    return until_close
 
 
 async def _within(future: asyncio.Future[None], timeout: float) -> None:
@@ -221,7 +273,7 @@ class UpstreamResponse:
             return
         self.released = True
         connection = self._connection
-        if not self._head_only and connection.keep_alive():
+        if connection.keep_alive():
             self._pool.give_back(connection)
         else:
             connection.abort()
@@ -229,25 +281,26 @@ class UpstreamResponse:
 
 
 class UpstreamPool:
-    """Keep-alive connections to one origin, at most `max_connections` at once (0: no limit)."""
+    """Keep-alive connections to one origin, at most `max_connections` at once (0: no limit).
+
+    `ssl` is the client context for an https origin (built once at start-up, shareable with
+    other clients of the same origin), None otherwise."""
 
     def __init__(
         self,
-        origin: str,
+        origin: UpstreamOrigin,
         *,
+        ssl_context: ssl.SSLContext | None,
         connect_timeout: float,
         read_timeout: float,
         max_connections: int,
     ) -> None:
-        url = URL(origin)
-        self.host = url.raw_host or "127.0.0.1"
-        self.path_prefix = url.raw_path.rstrip("/")  # an origin like http://host/prefix
-        self.port = url.port or (443 if url.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | None = (
-            ssl.create_default_context() if url.scheme == "https" else None
-        )
-        default_port = self.port == (443 if self.ssl else 80)
-        self.host_header = self.host if default_port else f"{self.host}:{self.port}"
+        if origin.tls and ssl_context is None:
+            raise ValueError("an https origin needs an SSL context")
+        self.origin = origin
+        self.ssl = ssl_context
+        self.path_prefix = origin.path_prefix  # an origin like http://host/prefix
+        self.host_header = origin.host_header
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._idle: list[_Connection] = []
@@ -279,6 +332,7 @@ class UpstreamPool:
         try:
             for attempt in (1, 2):
                 connection = await self._connection()
+                connection.start_exchange(head_only)
                 try:
                     await self._send(connection, method, target, headers, body, content_length)
                     await _within(connection.headers_done, self.read_timeout)
@@ -306,13 +360,15 @@ class UpstreamPool:
             if not connection.closed and transport is not None and not transport.is_closing():
                 return connection
         loop = asyncio.get_running_loop()
-        try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _Connection(loop), self.host, self.port, ssl=self.ssl
-                ),
-                self.connect_timeout,
+        origin = self.origin
+        if origin.socket_path is not None:
+            connecting = loop.create_unix_connection(lambda: _Connection(loop), origin.socket_path)
+        else:
+            connecting = loop.create_connection(
+                lambda: _Connection(loop), origin.host, origin.port, ssl=self.ssl
             )
+        try:
+            _, protocol = await asyncio.wait_for(connecting, self.connect_timeout)
         except TimeoutError:
             raise UpstreamTimedOut(
                 f"connecting to the upstream took over {self.connect_timeout:g} s"
