@@ -17,7 +17,7 @@ from . import __version__
 from .audio import PathPolicy
 from .body import SegmentedPayload
 from .cache import AudioStore
-from .config import Config
+from .config import Config, ConfigError
 from .content_coding import read_decoded_body
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
@@ -67,7 +67,10 @@ def create_app(config: Config) -> web.Application:
 
 async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
     config = app[config_key].upstream
-    ssl_context = await asyncio.to_thread(config.origin().ssl_context)  # reads the CA files
+    try:
+        ssl_context = await asyncio.to_thread(config.origin().ssl_context)  # reads the CA files
+    except OSError as exc:  # ssl.SSLError included
+        raise ConfigError(f"upstream.ca_file: cannot load {config.ca_file!r}: {exc}") from exc
     app[upstream_key] = create_upstream_pool(config, ssl_context)
     yield
     app[upstream_key].close()

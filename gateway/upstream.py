@@ -51,7 +51,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
-        self.idle = True  # no request in flight: bytes arriving now are out of turn
+        self.idle = False  # True while pooled: bytes arriving then are out of turn
         self._parser = httptools.HttpResponseParser(self)  # llhttp parses message after message
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None

@@ -458,7 +458,6 @@ class TestTruncatedBodies:
 NOT_HTTP = {
     "ssh-banner": reply(b"SSH-2.0-OpenSSH_9.6\r\n", close=True),
     "plain-text": reply(b"hello, this is not http\r\n\r\n", close=True),
-    "nothing": reply(close=True),
     "bad-header-line": reply(b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", close=True),
     "length-and-chunked": reply(
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
@@ -484,8 +483,29 @@ class TestNotHttp:
             response = await gateway.get("/v1/models")
         error = await gateway_error(response, 502, None)
         assert error["code"] == "upstream_unreachable"
-        assert "127.0.0.1:" in error["message"]
+        assert "127.0.0.1:" in error["message"] and "not HTTP" in error["message"]
         assert (await gateway.get("/v1/models")).status == 200
+
+    async def test_closed_without_a_byte_is_502(self, scripted) -> None:
+        gateway, _ = await scripted(reply(close=True))
+        error = await gateway_error(await gateway.get("/v1/models"), 502, None)
+        assert "closed the connection" in error["message"]
+
+    async def test_an_upstream_that_speaks_first(self, make_gateway: GatewayFactory) -> None:
+        async def banner(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"SSH-2.0-OpenSSH_9.6\r\n")  # before any request, as SSH and SMTP do
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(banner, "127.0.0.1", 0)
+        try:
+            port = server.sockets[0].getsockname()[1]
+            gateway = await make_gateway(upstream={"url": f"http://127.0.0.1:{port}"})
+            error = await gateway_error(await gateway.get("/v1/models"), 502, None)
+            assert "not HTTP" in error["message"]
+        finally:
+            server.close()
+            await server.wait_closed()
 
 
 class TestIdleConnections:
