@@ -54,6 +54,18 @@ def create_upstream_pool(
 ) -> UpstreamPool:
     """The process's one pool of keep-alive connections to the upstream; `ssl_context` is
     `config.origin().ssl_context()`, built once at start-up (it reads the CA files)."""
+    import os
+
+    if os.environ.get("AUDIO_GATEWAY_UPSTREAM_CLIENT") == "aiohttp":
+        from .upstream_aiohttp import AiohttpUpstreamPool
+
+        return AiohttpUpstreamPool(  # type: ignore[return-value]
+            config.origin(),
+            ssl_context=ssl_context,
+            connect_timeout=config.connect_timeout_seconds,
+            read_timeout=config.read_timeout_seconds,
+            max_connections=config.max_connections,
+        )
     return UpstreamPool(
         config.origin(),
         ssl_context=ssl_context,

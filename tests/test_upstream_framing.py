@@ -408,9 +408,14 @@ TRUNCATED = {
     "no-last-chunk": reply(
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", close=True
     ),
+    "malformed-chunk": reply(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"e\r\n15 bytes, not 14\r\n",  # the chunk's size line is wrong
+        close=True,
+    ),
     "event-stream-cut": reply(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b'e\r\ndata: {"a":1}\n\n\r\n',
+        b'f\r\ndata: {"a":1}\n\n\r\n',
         close=True,
     ),
 }
