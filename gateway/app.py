@@ -74,8 +74,6 @@ async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
     app[upstream_key] = create_upstream_pool(config, ssl_context)
     yield
     app[upstream_key].close()
-    if hasattr(app[upstream_key], "aclose"):
-        await app[upstream_key].aclose()  # type: ignore[attr-defined]
 
 
 async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:

@@ -54,18 +54,6 @@ def create_upstream_pool(
 ) -> UpstreamPool:
     """The process's one pool of keep-alive connections to the upstream; `ssl_context` is
     `config.origin().ssl_context()`, built once at start-up (it reads the CA files)."""
-    import os
-
-    if os.environ.get("AUDIO_GATEWAY_UPSTREAM_CLIENT") == "aiohttp":
-        from .upstream_aiohttp import AiohttpUpstreamPool
-
-        return AiohttpUpstreamPool(  # type: ignore[return-value]
-            config.origin(),
-            ssl_context=ssl_context,
-            connect_timeout=config.connect_timeout_seconds,
-            read_timeout=config.read_timeout_seconds,
-            max_connections=config.max_connections,
-        )
     return UpstreamPool(
         config.origin(),
         ssl_context=ssl_context,
@@ -189,9 +177,8 @@ async def _buffer_back(request: web.Request, upstream: UpstreamResponse) -> web.
     except RELAY_FAILURES as exc:  # the upstream's status stands: the client sees the cut
         return await _stream_back(request, upstream, _then_fail(received, exc))
     headers = response_headers_for_client(upstream.headers)
-    bodiless = request.method == "HEAD" or upstream.status == 304
-    if bodiless and upstream.content_length is not None:
-        # Such an answer describes the body it stands for; nginx relays its length too.
+    if request.method == "HEAD" and upstream.content_length is not None:
+        # It describes the body a GET would get; nginx relays it too. (aiohttp drops it on 304.)
         headers["Content-Length"] = str(upstream.content_length)
     return web.Response(status=upstream.status, headers=headers, body=b"".join(received))
 

@@ -329,7 +329,7 @@ class TestBodilessAnswers:
         assert [r.connection for r in upstream.received] == [1, 1]
         assert upstream.received[0].head.startswith(method.encode() + b" ")
 
-    async def test_head_and_304_keep_the_upstream_content_length(self, scripted) -> None:
+    async def test_head_keeps_the_upstream_content_length(self, scripted) -> None:
         # nginx relays it: a HEAD answer describes the GET answer it stands for.
         gateway, _ = await scripted(BODILESS["head-with-content-length"][1])
         response = await gateway.head("/v1/files/x/content")
