@@ -1,8 +1,9 @@
 """The upstream side: one pooled client session, header policy, buffered vs streamed copy.
 
 Upstream 4xx/5xx answers are responses and are relayed as they are. Transport failures become
-502 (unreachable) or 504 (timeout) only before the response to the client has started; after
-that the connection is cut, which is all HTTP allows.
+502 (unreachable, TLS verification, not HTTP) or 504 (timeout) only before the upstream's head
+has arrived; after that its status stands and a failure cuts the client's transfer short (as
+nginx does), whether the body was being streamed or buffered: never a clean end.
 """
 
 from __future__ import annotations

@@ -74,10 +74,13 @@ class UpstreamConnection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamInvalidResponse("a protocol switch nobody asked for"))
+            self.abort()
+        except httptools.HttpParserError as exc:
             if not self.complete:
                 reason = exc.__context__ if isinstance(exc.__context__, UpstreamClosed) else exc
-                self._fail(UpstreamInvalidResponse(f"{reason or exc.__class__.__name__}"))
+                self._fail(UpstreamInvalidResponse(str(reason) or type(reason).__name__))
             self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:

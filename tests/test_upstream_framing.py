@@ -468,6 +468,9 @@ NOT_HTTP = {
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
     ),
     "two-lengths": reply(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok"),
+    "unrequested-upgrade": reply(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+    ),
     "unknown-transfer-coding": reply(
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxx", close=True
     ),
