@@ -4,6 +4,7 @@ unix:// sockets (vLLM's --uds), each with the vLLM-faithful stub behind it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import urllib.error
@@ -26,9 +27,11 @@ CHAT = "/v1/chat/completions"
 BOUND_SECONDS = 5.0
 
 
+@contextlib.asynccontextmanager
 async def serve_stub(
     audio_dir: Path, site_for: type[web.BaseSite], **site_args: object
 ) -> AsyncIterator[tuple[web.AppRunner, StubState]]:
+    """The vLLM-faithful stub served on `site_for(runner, **site_args)`."""
     app = create_stub_app(str(audio_dir.parent))
     runner = web.AppRunner(app)
     await runner.setup()
@@ -54,9 +57,9 @@ async def tls_stub(audio_dir: Path, ca: trustme.CA) -> AsyncIterator[tuple[int, 
     """The stub over TLS on 127.0.0.1, its certificate (127.0.0.1, localhost) from `ca`."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
-    async for runner, state in serve_stub(
+    async with serve_stub(
         audio_dir, web.TCPSite, host="127.0.0.1", port=0, ssl_context=context
-    ):
+    ) as (runner, state):
         yield runner.addresses[0][1], state
 
 
@@ -64,7 +67,7 @@ async def tls_stub(audio_dir: Path, ca: trustme.CA) -> AsyncIterator[tuple[int, 
 async def unix_stub(audio_dir: Path, tmp_path: Path) -> AsyncIterator[tuple[str, StubState]]:
     """The stub on a Unix socket, as `vllm serve --uds PATH` serves."""
     path = str(tmp_path / "vllm.sock")
-    async for _, state in serve_stub(audio_dir, web.UnixSite, path=path):
+    async with serve_stub(audio_dir, web.UnixSite, path=path) as (_, state):
         yield path, state
 
 
@@ -120,9 +123,9 @@ class TestHttps:
     ) -> None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ca.issue_cert("vllm.internal").configure_cert(context)
-        async for runner, _ in serve_stub(
+        async with serve_stub(
             audio_dir, web.TCPSite, host="127.0.0.1", port=0, ssl_context=context
-        ):
+        ) as (runner, _):
             url = f"https://127.0.0.1:{runner.addresses[0][1]}"
             gateway = await make_gateway(upstream={"url": url, "ca_file": ca_file})
             error = await gateway_error(await gateway.get("/v1/models"), 502, None)
