@@ -76,7 +76,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if config.server.malloc_tuning:
         reexec_with_malloc_tuning(argv)
-    serve(config)
+    try:
+        serve(config)
+    except ConfigError as exc:  # found at start-up, e.g. an unreadable upstream.ca_file
+        print(f"audio-gateway: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 def serve_config(args: argparse.Namespace) -> Config:

@@ -22,7 +22,8 @@ from .body import SegmentedPayload
 from .bridge import responses_to_chat
 from .bridge_relay import relay_bridged
 from .cache import AudioStore
-from .config import Config
+from .config import Config, ConfigError
+from .content_coding import read_decoded_body
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
 from .pipeline import (
@@ -37,7 +38,6 @@ from .relay import (
     create_upstream_pool,
     relay,
     request_body_chunks,
-    request_body_length,
     request_headers_for_upstream,
     upstream_target,
 )
@@ -65,7 +65,13 @@ def create_app(config: Config) -> web.Application:
     middlewares: list[Middleware] = [errors_as_json]
     if api_keys := ApiKeys(config.server.api_keys):  # checked before a handler reads a body
         middlewares.append(require_api_key(api_keys))
-    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes,
+        middlewares=middlewares,
+        # Bodies stay as the client encoded them: passthrough relays them untouched (as nginx
+        # does) and the rewritten routes decode them themselves (content_coding.py).
+        handler_args={"auto_decompress": False},
+    )
     app[config_key] = config
     app[metrics_key] = GatewayMetrics()
     app.cleanup_ctx.append(upstream_pool)
@@ -90,7 +96,12 @@ def create_app(config: Config) -> web.Application:
 
 
 async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
-    app[upstream_key] = create_upstream_pool(app[config_key].upstream)
+    config = app[config_key].upstream
+    try:
+        ssl_context = await asyncio.to_thread(config.origin().ssl_context)  # reads the CA files
+    except OSError as exc:  # ssl.SSLError included
+        raise ConfigError(f"upstream.ca_file: cannot load {config.ca_file!r}: {exc}") from exc
+    app[upstream_key] = create_upstream_pool(config, ssl_context)
     yield
     app[upstream_key].close()
 
@@ -123,10 +134,10 @@ def rewriting(shape: RouteShape) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        raw = await request.read()
+        raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         payload = await request.app[pipeline_key].rewrite(raw, shape)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
-        headers = request_headers_for_upstream(request, json_body=payload is not raw)
+        headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
         try:
             return await _relay(request, headers=headers, body=payload)
         finally:
@@ -142,7 +153,7 @@ def bridging(shape: RouteShape) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        raw = await request.read()
+        raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         body = parse_json_object(raw)
         bridged = responses_to_chat(body) if carries_sidechannel(body) else None
         payload: bytes | SegmentedPayload = raw
@@ -150,9 +161,10 @@ def bridging(shape: RouteShape) -> Handler:
             payload = await request.app[pipeline_key].rewrite(raw, shape, body=bridged.chat)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         if bridged is None or not isinstance(payload, SegmentedPayload):
-            return await _relay(request, headers=request_headers_for_upstream(request), body=raw)
+            headers = request_headers_for_upstream(request, decoded=True)
+            return await _relay(request, headers=headers, body=raw)
         headers = with_upstream_key(
-            request_headers_for_upstream(request, json_body=True),
+            request_headers_for_upstream(request, json_body=True, decoded=True),
             request.app[config_key].upstream.api_key,
         )
         try:
@@ -192,8 +204,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if not request.body_exists:
         return await _relay(request, headers=headers, body=None)
     body = request_body_chunks(request)
-    length = request_body_length(request)
-    return await _relay(request, headers=headers, body=body, content_length=length)
+    return await _relay(request, headers=headers, body=body, content_length=request.content_length)
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:

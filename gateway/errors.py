@@ -7,6 +7,7 @@
     ├── AudioNotFound                 404 not_found_error
     ├── AudioFileChanged              409 conflict_error
     ├── PayloadTooLarge               413 invalid_request_error
+    ├── UnsupportedMediaType          415 invalid_request_error
     ├── UpstreamUnavailable           502 upstream_error
     │   └── AudioStorageError         502 upstream_error (the object store failed)
     └── UpstreamTimeout               504 upstream_error
@@ -80,6 +81,13 @@ class AudioFileChanged(GatewayError):
 
 class PayloadTooLarge(GatewayError):
     status = 413
+    error_type = "invalid_request_error"
+
+
+class UnsupportedMediaType(GatewayError):
+    """A request Content-Encoding the gateway cannot undo where it must read the body."""
+
+    status = 415
     error_type = "invalid_request_error"
 
 

@@ -1,13 +1,15 @@
 """The upstream side: one pooled client session, header policy, buffered vs streamed copy.
 
 Upstream 4xx/5xx answers are responses and are relayed as they are. Transport failures become
-502 (unreachable) or 504 (timeout) only before the response to the client has started; after
-that the connection is cut, which is all HTTP allows.
+502 (unreachable, TLS verification, not HTTP) or 504 (timeout) only before the upstream's head
+has arrived; after that its status stands and a failure cuts the client's transfer short (as
+nginx does), whether the body was being streamed or buffered: never a clean end.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -17,7 +19,14 @@ from multidict import CIMultiDict
 from .body import SegmentedPayload
 from .config import UpstreamConfig
 from .errors import UpstreamTimeout, UpstreamUnavailable
-from .upstream import RawHeaders, UpstreamClosed, UpstreamPool, UpstreamResponse, UpstreamTimedOut
+from .upstream import (
+    RawHeaders,
+    UpstreamClosed,
+    UpstreamInvalidResponse,
+    UpstreamPool,
+    UpstreamResponse,
+    UpstreamTimedOut,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +44,20 @@ HOP_BY_HOP_HEADERS = frozenset(
         "upgrade",
     }
 )
-# aiohttp has already answered any `Expect: 100-continue` and decoded any Content-Encoding.
-FRAMING_HEADERS = frozenset({"host", "content-length", "content-encoding", "expect"})
+# aiohttp has already answered any `Expect: 100-continue`.
+FRAMING_HEADERS = frozenset({"host", "content-length", "expect"})
 BUFFERED_RESPONSE_MAX_BYTES = 1024 * 1024  # larger or unsized answers are streamed
+RELAY_FAILURES = (UpstreamClosed, UpstreamTimedOut, OSError)
 
 
-def create_upstream_pool(config: UpstreamConfig) -> UpstreamPool:
-    """The process's one pool of keep-alive connections to the upstream."""
+def create_upstream_pool(
+    config: UpstreamConfig, ssl_context: ssl.SSLContext | None
+) -> UpstreamPool:
+    """The process's one pool of keep-alive connections to the upstream; `ssl_context` is
+    `config.origin().ssl_context()`, built once at start-up (it reads the CA files)."""
     return UpstreamPool(
-        config.url,
+        config.origin(),
+        ssl_context=ssl_context,
         connect_timeout=config.connect_timeout_seconds,
         read_timeout=config.read_timeout_seconds,
         max_connections=config.max_connections,
@@ -61,18 +75,24 @@ def _named_in_connection(values: Iterable[str]) -> set[str]:
 
 
 def request_headers_for_upstream(
-    request: web.Request, *, json_body: bool = False, content_type: str | None = None
+    request: web.Request,
+    *,
+    json_body: bool = False,
+    content_type: str | None = None,
+    decoded: bool = False,
 ) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop ones, Host, and the framing the relay recomputes.
 
-    aiohttp's server has already decoded any request Content-Encoding, so that header cannot be
-    forwarded either. With `json_body` or `content_type` (a body the gateway rewrote) the
-    Content-Type is ours.
+    Content-Encoding goes with the body it describes (the server does not decode bodies), unless
+    `decoded`: the gateway undid it. With `json_body` or `content_type` (a body the gateway
+    rewrote) the Content-Type is ours.
     """
     if json_body:
         content_type = "application/json"
     drop = HOP_BY_HOP_HEADERS | _named_in_connection(request.headers.getall("Connection", ()))
     drop |= FRAMING_HEADERS
+    if decoded:
+        drop |= {"content-encoding"}
     if content_type:
         drop |= {"content-type"}
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
@@ -82,6 +102,7 @@ def request_headers_for_upstream(
 
 
 def response_headers_for_client(headers: RawHeaders) -> CIMultiDict[str]:
+    """The upstream's headers minus hop-by-hop ones and Content-Length (the relay frames)."""
     connection = [v.decode("latin-1") for k, v in headers if k.lower() == b"connection"]
     drop = HOP_BY_HOP_HEADERS | _named_in_connection(connection) | {"content-length"}
     kept: CIMultiDict[str] = CIMultiDict()
@@ -104,16 +125,22 @@ class upstream_errors:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
-        origin = f"{self.pool.host}:{self.pool.port}"
+        if exc is None:
+            return
+        origin = self.pool.origin.label
         if isinstance(exc, UpstreamTimedOut):
             raise UpstreamTimeout(
                 f"the upstream {origin} did not answer in time: {exc}", code="upstream_timeout"
             ) from exc
-        if isinstance(exc, OSError | UpstreamClosed):
-            raise UpstreamUnavailable(
-                f"the upstream {origin} is unreachable: {exc.__class__.__name__}: {exc}",
-                code="upstream_unreachable",
-            ) from exc
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            message = f"TLS certificate verification of the upstream {origin} failed: {exc}"
+        elif isinstance(exc, UpstreamInvalidResponse):
+            message = f"the upstream {origin} answered with something that is not HTTP: {exc}"
+        elif isinstance(exc, OSError | UpstreamClosed):
+            message = f"the upstream {origin} is unreachable: {exc.__class__.__name__}: {exc}"
+        else:
+            return
+        raise UpstreamUnavailable(message, code="upstream_unreachable") from exc
 
 
 async def relay(
@@ -136,20 +163,16 @@ async def relay_answer(
 ) -> web.StreamResponse:
     """Copy an upstream answer back to the client as it is (buffered or streamed); closes it."""
     try:
-        if _should_stream(upstream):
-            return await _stream_back(request, upstream)
-        with upstream_errors(pool):
-            content = await upstream.read()
-        return web.Response(
-            status=upstream.status,
-            headers=response_headers_for_client(upstream.headers),
-            body=content,
-        )
+        if _should_stream(request, upstream):
+            return await _stream_back(request, upstream, upstream.chunks())
+        return await _buffer_back(request, upstream)
     finally:
         upstream.close()
 
 
-def _should_stream(upstream: UpstreamResponse) -> bool:
+def _should_stream(request: web.Request, upstream: UpstreamResponse) -> bool:
+    if request.method == "HEAD" or upstream.status in (204, 304):
+        return False  # no body, whatever the headers say
     length = upstream.content_length
     content_type = upstream.header(b"content-type") or b""
     return (
@@ -159,7 +182,29 @@ def _should_stream(upstream: UpstreamResponse) -> bool:
     )
 
 
-async def _stream_back(request: web.Request, upstream: UpstreamResponse) -> web.StreamResponse:
+async def _buffer_back(request: web.Request, upstream: UpstreamResponse) -> web.StreamResponse:
+    """A small sized answer, sent in one piece; one cut short is relayed as far as it came."""
+    received: list[bytes] = []
+    try:
+        async for chunk in upstream.chunks():
+            received.append(chunk)
+    except RELAY_FAILURES as exc:  # the upstream's status stands: the client sees the cut
+        return await _stream_back(request, upstream, _then_fail(received, exc))
+    headers = response_headers_for_client(upstream.headers)
+    if request.method == "HEAD" and upstream.content_length is not None:
+        # It describes the body a GET would get; nginx relays it too. (aiohttp drops it on 304.)
+        headers["Content-Length"] = str(upstream.content_length)
+    return web.Response(status=upstream.status, headers=headers, body=b"".join(received))
+
+
+async def _then_fail(received: list[bytes], error: BaseException) -> AsyncIterator[bytes]:
+    yield b"".join(received)
+    raise error
+
+
+async def _stream_back(
+    request: web.Request, upstream: UpstreamResponse, chunks: AsyncIterator[bytes]
+) -> web.StreamResponse:
     response = web.StreamResponse(
         status=upstream.status, headers=response_headers_for_client(upstream.headers)
     )
@@ -168,9 +213,9 @@ async def _stream_back(request: web.Request, upstream: UpstreamResponse) -> web.
         response.content_length = upstream.content_length
     await response.prepare(request)
     try:
-        async for chunk in upstream.chunks():
+        async for chunk in chunks:
             await response.write(chunk)
-    except (UpstreamClosed, UpstreamTimedOut, OSError) as exc:
+    except RELAY_FAILURES as exc:
         # The status line is gone already: all that is left is to cut the client off.
         log.warning("upstream failed mid-response to %s: %r", request.path, exc)
         if request.transport is not None:
@@ -181,8 +226,8 @@ async def _stream_back(request: web.Request, upstream: UpstreamResponse) -> web.
 
 
 def request_body_length(request: web.Request) -> int | None:
-    """The client's Content-Length; None when aiohttp decoded a Content-Encoding (unknown)."""
-    return None if "Content-Encoding" in request.headers else request.content_length
+    """The client's Content-Length: exact, as the server never decodes a body."""
+    return request.content_length
 
 
 async def request_body_chunks(request: web.Request) -> AsyncIterator[bytes]:

@@ -26,6 +26,7 @@ from aiohttp.helpers import parse_mimetype
 
 from .body import SegmentedPayload
 from .config import AudioConfig
+from .content_coding import read_decoded_body
 from .durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from .encoder import StreamedAudio
 from .errors import InvalidRequest, PayloadTooLarge
@@ -78,6 +79,8 @@ class SpeechUploads:
 
     async def prepare(self, request: web.Request) -> Outgoing | None:
         boundary = request.content_type == "multipart/form-data" and _boundary(request)
+        if boundary and "Content-Encoding" in request.headers:
+            return None  # an encoded upload cannot be scanned: relayed untouched, as nginx would
         if boundary:
             return await self._from_form(request, boundary)
         if request.content_type == "application/json":
@@ -87,12 +90,12 @@ class SpeechUploads:
         return None
 
     async def _from_json(self, request: web.Request) -> Outgoing:
-        raw = await request.read()  # bounded by server.max_body_bytes
+        raw = await read_decoded_body(request, self.max_body_bytes)
         body = parse_json_object(raw)
         metadata = body.get("metadata")
         ref = self._reference(metadata if isinstance(metadata, dict) else {}, "metadata.")
         if ref is None:
-            return Outgoing(request_headers_for_upstream(request), raw)
+            return Outgoing(request_headers_for_upstream(request, decoded=True), raw)
         if FILE_FIELD in body:
             raise InvalidRequest(
                 f"file and {ref.param} both give the audio; give one",
@@ -127,12 +130,12 @@ class SpeechUploads:
 
     async def _from_urlencoded(self, request: web.Request) -> Outgoing:
         """`curl -d audio_path=...`: a form that cannot carry a file, read whole."""
-        raw = await request.read()  # bounded by server.max_body_bytes
+        raw = await read_decoded_body(request, self.max_body_bytes)
         pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
         fields = [FormPart(b"", value.encode(), name, None) for name, value in pairs]
         ref = self._reference(_sidechannel_fields(fields), "")
         if ref is None:
-            return Outgoing(request_headers_for_upstream(request), raw)
+            return Outgoing(request_headers_for_upstream(request, decoded=True), raw)
         parts = [text_part(p.name or "", p.text()) for p in fields if not _is_sidechannel_field(p)]
         return await self._rewritten(request, ref, parts)
 
@@ -164,7 +167,7 @@ class SpeechUploads:
             await _close(upload)
             raise
         content_type = f"multipart/form-data; boundary={boundary}"
-        headers = request_headers_for_upstream(request, content_type=content_type)
+        headers = request_headers_for_upstream(request, content_type=content_type, decoded=True)
         return Outgoing(headers, payload, rewritten=True)
 
     async def _upload(self, ref: InlineAudio | PathAudio) -> AudioUpload:

@@ -1,191 +1,45 @@
 """A lean HTTP/1.1 client for the one upstream: pooled keep-alive connections, httptools parsing.
 
 aiohttp's ClientSession spent about a third of the gateway's CPU per request (request object,
-cookie jar, tracing, header normalisation) on work a proxy to one known origin does not need.
+cookie jar, tracing, header normalisation) on work a proxy to one known origin does not need
+(measured again, with the framing suite, for issue 9: README, "The encoder and the cache").
 This client writes the request head and the body segments straight to the transport and hands
 the response back as status, raw headers and body chunks, with backpressure both ways.
+Each connection's wire protocol and framing live in `upstream_connection.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
-import httptools
-from yarl import URL
-
 from .body import SegmentedPayload
+from .origin import UpstreamOrigin
+from .upstream_connection import (
+    RawHeaders,
+    UpstreamClosed,
+    UpstreamConnection,
+    UpstreamInvalidResponse,
+    UpstreamTimedOut,
+    within,
+)
 
-RawHeaders = list[tuple[bytes, bytes]]
-MAX_BUFFERED_BODY_BYTES = 4 * 1024 * 1024  # pause reading the upstream above this
-
-
-class UpstreamClosed(ConnectionError):
-    """The upstream closed or broke the connection before the response was complete."""
-
-
-class UpstreamTimedOut(TimeoutError):
-    """Connecting, or waiting for the next bytes of the response, took too long."""
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; serves one request at a time."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.reused = False
-        self._parser = httptools.HttpResponseParser(self)  # llhttp parses message after message
-        self._write_paused = False
-        self._drain_waiter: asyncio.Future[None] | None = None
-        self._reset()
-
-    def _reset(self) -> None:
-        self.status = 0
-        self.headers: RawHeaders = []
-        self.complete = False
-        self._keep_alive = False
-        self.headers_done: asyncio.Future[None] = self._loop.create_future()
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._buffered = 0
-        self._data_waiter: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
-        self._read_paused = False
-
-    # asyncio.Protocol -------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:  # the head and the body are separate writes: never wait on Nagle
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamClosed(f"malformed response from the upstream: {exc}"))
-            self.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if not self.complete:
-            self._fail(UpstreamClosed("the upstream closed the connection"))
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_exception(UpstreamClosed("the upstream closed the connection"))
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
-
-    # httptools callbacks ----------------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
-        if 100 <= self.status < 200:
-            return  # an interim answer (103 Early Hints, ...): the real one follows
-        # Read now: llhttp forgets the message's keep-alive state once the message completes.
-        self._keep_alive = self._parser.should_keep_alive()
-        if not self.headers_done.done():
-            self.headers_done.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > MAX_BUFFERED_BODY_BYTES and self.transport and not self._read_paused:
-            self._read_paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def on_message_complete(self) -> None:
-        if 100 <= self.status < 200:
-            self.headers.clear()
-            return
-        self.complete = True
-        self._wake()
-
-    # used by UpstreamResponse -----------------------------------------------------------------
-
-    async def next_chunk(self, timeout: float) -> bytes:
-        """The next piece of body, b"" at its end."""
-        while not self._chunks:
-            if self.complete:
-                return b""
-            if self._error is not None:
-                raise self._error
-            self._data_waiter = self._loop.create_future()
-            await _within(self._data_waiter, timeout)
-        chunk = self._chunks.popleft()
-        self._buffered -= len(chunk)
-        if self._read_paused and self._buffered < MAX_BUFFERED_BODY_BYTES // 2 and self.transport:
-            self._read_paused = False
-            self.transport.resume_reading()
-        return chunk
-
-    async def drain(self, timeout: float) -> None:
-        if self._write_paused:
-            self._drain_waiter = self._loop.create_future()
-            await _within(self._drain_waiter, timeout)
-        if self.closed:
-            raise UpstreamClosed("the upstream closed the connection while the body was sent")
-
-    def keep_alive(self) -> bool:
-        return self.complete and not self.closed and self._keep_alive
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _fail(self, error: BaseException) -> None:
-        self._error = error
-        if not self.headers_done.done():
-            self.headers_done.set_exception(error)
-            self.headers_done.exception()  # retrieved: a failure nobody awaits is not logged
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._data_waiter is not None and not self._data_waiter.done():
-            self._data_waiter.set_result(None)
-
-    def reset_for_reuse(self) -> None:
-        self.reused = True
-        self._reset()
-
-
-async def _within(future: asyncio.Future[None], timeout: float) -> None:
-    """Await `future`, failing it with UpstreamTimedOut after `timeout` seconds.
-
-    A bare timer on the future itself: `asyncio.wait_for` wraps and re-awaits, which showed in
-    profiles of this per-request path."""
-    timer = asyncio.get_running_loop().call_later(timeout, _expire, future, timeout)
-    try:
-        await future
-    finally:
-        timer.cancel()
-
-
-def _expire(future: asyncio.Future[None], timeout: float) -> None:
-    if not future.done():
-        future.set_exception(UpstreamTimedOut(f"no data from the upstream for {timeout:g} s"))
+__all__ = [
+    "RawHeaders",
+    "UpstreamClosed",
+    "UpstreamInvalidResponse",
+    "UpstreamPool",
+    "UpstreamResponse",
+    "UpstreamTimedOut",
+]
 
 
 class UpstreamResponse:
     """Status, raw headers and the body of one upstream answer. Always `close()` it."""
 
-    def __init__(self, pool: UpstreamPool, connection: _Connection, head_only: bool) -> None:
+    def __init__(self, pool: UpstreamPool, connection: UpstreamConnection, head_only: bool) -> None:
         """Holds one of the pool's connection slots until `close()`."""
         self._pool = pool
         self._connection = connection
@@ -221,7 +75,7 @@ class UpstreamResponse:
             return
         self.released = True
         connection = self._connection
-        if not self._head_only and connection.keep_alive():
+        if connection.keep_alive():
             self._pool.give_back(connection)
         else:
             connection.abort()
@@ -229,28 +83,29 @@ class UpstreamResponse:
 
 
 class UpstreamPool:
-    """Keep-alive connections to one origin, at most `max_connections` at once (0: no limit)."""
+    """Keep-alive connections to one origin, at most `max_connections` at once (0: no limit).
+
+    `ssl` is the client context for an https origin (built once at start-up, shareable with
+    other clients of the same origin), None otherwise."""
 
     def __init__(
         self,
-        origin: str,
+        origin: UpstreamOrigin,
         *,
+        ssl_context: ssl.SSLContext | None,
         connect_timeout: float,
         read_timeout: float,
         max_connections: int,
     ) -> None:
-        url = URL(origin)
-        self.host = url.raw_host or "127.0.0.1"
-        self.path_prefix = url.raw_path.rstrip("/")  # an origin like http://host/prefix
-        self.port = url.port or (443 if url.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | None = (
-            ssl.create_default_context() if url.scheme == "https" else None
-        )
-        default_port = self.port == (443 if self.ssl else 80)
-        self.host_header = self.host if default_port else f"{self.host}:{self.port}"
+        if origin.tls and ssl_context is None:
+            raise ValueError("an https origin needs an SSL context")
+        self.origin = origin
+        self.ssl = ssl_context
+        self.path_prefix = origin.path_prefix  # an origin like http://host/prefix
+        self.host_header = origin.host_header
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
-        self._idle: list[_Connection] = []
+        self._idle: list[UpstreamConnection] = []
         self._slots = asyncio.Semaphore(max_connections) if max_connections else None
 
     async def request(
@@ -279,9 +134,10 @@ class UpstreamPool:
         try:
             for attempt in (1, 2):
                 connection = await self._connection()
+                connection.start_exchange(head_only)
                 try:
                     await self._send(connection, method, target, headers, body, content_length)
-                    await _within(connection.headers_done, self.read_timeout)
+                    await within(connection.headers_done, self.read_timeout)
                     return UpstreamResponse(self, connection, head_only)
                 except UpstreamClosed:
                     connection.abort()
@@ -299,33 +155,37 @@ class UpstreamPool:
         if self._slots is not None:
             self._slots.release()
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> UpstreamConnection:
         while self._idle:
             connection = self._idle.pop()
             transport = connection.transport
             if not connection.closed and transport is not None and not transport.is_closing():
                 return connection
         loop = asyncio.get_running_loop()
-        try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _Connection(loop), self.host, self.port, ssl=self.ssl
-                ),
-                self.connect_timeout,
+        origin = self.origin
+        if origin.socket_path is not None:
+            connecting = loop.create_unix_connection(
+                lambda: UpstreamConnection(loop), origin.socket_path
             )
+        else:
+            connecting = loop.create_connection(
+                lambda: UpstreamConnection(loop), origin.host, origin.port, ssl=self.ssl
+            )
+        try:
+            _, protocol = await asyncio.wait_for(connecting, self.connect_timeout)
         except TimeoutError:
             raise UpstreamTimedOut(
                 f"connecting to the upstream took over {self.connect_timeout:g} s"
             ) from None
         return protocol
 
-    def give_back(self, connection: _Connection) -> None:
+    def give_back(self, connection: UpstreamConnection) -> None:
         connection.reset_for_reuse()
         self._idle.append(connection)
 
     async def _send(
         self,
-        connection: _Connection,
+        connection: UpstreamConnection,
         method: str,
         target: str,
         headers: Iterable[tuple[str, str]],
@@ -367,7 +227,7 @@ class UpstreamPool:
         if chunked:
             transport.write(b"0\r\n\r\n")
 
-    def _drainer(self, connection: _Connection) -> Callable[[], Awaitable[None]]:
+    def _drainer(self, connection: UpstreamConnection) -> Callable[[], Awaitable[None]]:
         return lambda: connection.drain(self.read_timeout)
 
     def close(self) -> None:

@@ -106,6 +106,7 @@ ERROR_TYPE_BY_STATUS = {
     404: "not_found_error",
     409: "conflict_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     502: "upstream_error",
     504: "upstream_error",
 }
