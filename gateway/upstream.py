@@ -129,6 +129,7 @@ class UpstreamPool:
             or (isinstance(body, SegmentedPayload) and not any(body.streamed()))
         )
         head_only = method == "HEAD"
+        length = content_length
         if self._slots is not None:
             await self._slots.acquire()
         try:
@@ -136,7 +137,7 @@ class UpstreamPool:
                 connection = await self._connection()
                 connection.start_exchange(head_only)
                 try:
-                    await self._send(connection, method, target, headers, body, content_length)
+                    await self._send_checked(connection, method, target, headers, body, length)
                     await within(connection.headers_done, self.read_timeout)
                     return UpstreamResponse(self, connection, head_only)
                 except UpstreamClosed:
@@ -182,6 +183,19 @@ class UpstreamPool:
     def give_back(self, connection: UpstreamConnection) -> None:
         connection.reset_for_reuse()
         self._idle.append(connection)
+
+    async def _send_checked(self, connection: UpstreamConnection, *request: Any) -> None:
+        """`_send`, failing with the connection's own error when the upstream already closed it.
+
+        uvloop raises RuntimeError for a write on a closed transport (asyncio drops the bytes)."""
+        if connection.closed:  # it died before the request went out: a banner, a reset
+            raise connection.failure()
+        try:
+            await self._send(connection, *request)
+        except RuntimeError as exc:
+            if not connection.closed:
+                raise
+            raise connection.failure() from exc
 
     async def _send(
         self,

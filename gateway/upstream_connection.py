@@ -65,7 +65,9 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
         sock = transport.get_extra_info("socket")
-        if sock is not None:  # the head and the body are separate writes: never wait on Nagle
+        # The head and the body are separate writes: never wait on Nagle (TCP only: a Unix
+        # socket has no Nagle, and refuses the option).
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
@@ -167,6 +169,10 @@ class UpstreamConnection(asyncio.Protocol):
         if self.closed:
             raise UpstreamClosed("the upstream closed the connection while the body was sent")
 
+    def failure(self) -> BaseException:
+        """Why the connection ended: the error recorded for it, else a plain close."""
+        return self._error or UpstreamClosed("the upstream closed the connection")
+
     def keep_alive(self) -> bool:
         return self.complete and not self.closed and self._keep_alive
 
@@ -176,7 +182,8 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
 
     def _fail(self, error: BaseException) -> None:
-        self._error = error
+        if self._error is None:  # the first cause stands (the close that follows is its effect)
+            self._error = error
         if not self.headers_done.done():
             self.headers_done.set_exception(error)
             self.headers_done.exception()  # retrieved: a failure nobody awaits is not logged

@@ -9,6 +9,7 @@ aiohttp's client, a raw socket whose bytes an independent parser (httptools) rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import hashlib
 import json
@@ -17,23 +18,33 @@ import shutil
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httptools
 import pytest
+import uvloop
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.app import create_app
 from gateway.config import UpstreamConfig
 from gateway.content_coding import decode_content
 from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 from gateway.relay import create_upstream_pool
 from gateway.stub_upstream import StubState
 
-from .conftest import GatewayFactory, chat_body, forwarded_json, gateway_error, sha256_of
+from .conftest import (
+    GatewayFactory,
+    chat_body,
+    forwarded_json,
+    gateway_config,
+    gateway_error,
+    sha256_of,
+)
 
 BOUND_SECONDS = 5.0
 PAUSE_SECONDS = 0.02  # between scripted pieces, so the gateway reads them separately
@@ -500,9 +511,10 @@ class TestNotHttp:
         assert "closed the connection" in error["message"]
 
     async def test_an_upstream_that_speaks_first(self, make_gateway: GatewayFactory) -> None:
-        async def banner(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def banner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             writer.write(b"SSH-2.0-OpenSSH_9.6\r\n")  # before any request, as SSH and SMTP do
             await writer.drain()
+            await reader.read()  # open until the gateway hangs up: no reset eats the banner
             writer.close()
 
         server = await asyncio.start_server(banner, "127.0.0.1", 0)
@@ -767,3 +779,57 @@ class TestDecodeContent:
     def test_other_codings_are_unsupported(self, header: str) -> None:
         with pytest.raises(UnsupportedMediaType):
             decode_content(b"", header, limit=10)
+
+
+class TestOnUvloop:
+    """`audio-gateway serve` runs on uvloop, whose transports differ from asyncio's in what a
+    protocol sees first and in refusing writes on a closed connection: the cases that differ."""
+
+    def test_an_upstream_that_speaks_first(self, audio_dir) -> None:
+        async def scenario() -> None:
+            async def banner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                writer.write(b"SSH-2.0-OpenSSH_9.6\r\n")
+                await writer.drain()
+                await reader.read()
+                writer.close()
+
+            server = await asyncio.start_server(banner, "127.0.0.1", 0)
+            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            try:
+                async with gateway_in_front_of(url, audio_dir) as gateway:
+                    error = await gateway_error(await gateway.get("/v1/models"), 502, None)
+                    assert "not HTTP" in error["message"]
+            finally:
+                server.close()
+
+        uvloop.run(scenario())
+
+    def test_close_delimited_and_truncated_bodies(self, audio_dir) -> None:
+        async def scenario() -> None:
+            upstream = RawUpstream(
+                [CLOSE_DELIMITED["http/1.0"], TRUNCATED["short-body"], TRUNCATED["cut-mid-chunk"]]
+            )
+            server = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)
+            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            try:
+                async with gateway_in_front_of(url, audio_dir) as gateway:
+                    whole = await raw_client(gateway, get())
+                    assert (whole.body, whole.complete) == (BODY, True)
+                    for _ in range(2):
+                        assert not (await raw_client(gateway, get())).complete
+            finally:
+                server.close()
+                upstream.cancel()
+
+        uvloop.run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def gateway_in_front_of(url: str, audio_dir: Path) -> AsyncIterator[Gateway]:
+    """A gateway client on whatever loop runs (the `make_gateway` fixture is asyncio's)."""
+    client = TestClient(TestServer(create_app(gateway_config(url, audio_dir))))
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()

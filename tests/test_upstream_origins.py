@@ -14,13 +14,16 @@ from pathlib import Path
 
 import pytest
 import trustme
+import uvloop
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.__main__ import build_parser, serve_config
+from gateway.app import create_app
 from gateway.config import ConfigError
 from gateway.stub_upstream import StubState, create_stub_app, stub_state_key
 
-from .conftest import GatewayFactory, chat_body, gateway_error, sha256_of
+from .conftest import GatewayFactory, chat_body, gateway_config, gateway_error, sha256_of
 from .test_config import CLI_TIMEOUT_SECONDS, free_port, start_gateway, wait_for_health
 
 CHAT = "/v1/chat/completions"
@@ -190,6 +193,25 @@ class TestUnixSocket:
         gateway = await make_gateway(upstream={"url": f"unix://{path}"})
         error = await gateway_error(await gateway.get("/v1/models"), 502, None)
         assert str(path) in error["message"]
+
+
+class TestOnUvloop:
+    """`audio-gateway serve` runs on uvloop, which drops a connection whose protocol fails in
+    `connection_made` (asyncio only logs it): the Unix-socket path, on uvloop."""
+
+    def test_unix_socket_chat_and_passthrough(self, audio_dir: Path, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            path = str(tmp_path / "vllm.sock")
+            async with serve_stub(audio_dir, web.UnixSite, path=path) as (_, stub):
+                config = gateway_config(f"unix://{path}", audio_dir)
+                async with TestClient(TestServer(create_app(config))) as gateway:
+                    async with asyncio.timeout(BOUND_SECONDS):
+                        chat = await gateway.post(CHAT, json=chat_body({"audio_path": "a.wav"}))
+                        assert chat.status == 200, await chat.text()
+                        assert (await gateway.get("/v1/models")).status == 200
+                assert stub.request_count == 2
+
+        uvloop.run(scenario())
 
 
 class TestCommandLine:
