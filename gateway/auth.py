@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import posixpath
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
@@ -25,10 +26,17 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def is_protected(method: str, path: str) -> bool:
-    """Whether a request needs a key: anything under /v1 (however many slashes lead) but
-    OPTIONS."""
+    """Whether a request needs a key: anything under /v1 (however many slashes lead, and
+    before or after its dot segments are resolved: aiohttp keeps `/x/../v1/...` as it came,
+    and an upstream may resolve it) but OPTIONS."""
+    if method == "OPTIONS":
+        return False
     trimmed = "/" + path.lstrip("/")
-    return method != "OPTIONS" and (trimmed == "/v1" or trimmed.startswith("/v1/"))
+    return any(_under_v1(form) for form in (trimmed, posixpath.normpath(trimmed)))
+
+
+def _under_v1(path: str) -> bool:
+    return path == "/v1" or path.startswith("/v1/")
 
 
 def bearer_credential(authorization: str | None) -> str | None:

@@ -104,7 +104,14 @@ class TestFrontDoor:
         assert response.status == 200
 
     async def test_extra_slashes_do_not_get_round_the_check(self, locked: Client) -> None:
-        for path in [b"//v1/models", b"/v1", b"///v1/chat/completions"]:
+        for path in [
+            b"//v1/models",
+            b"/v1",
+            b"///v1/chat/completions",
+            b"/gateway/../v1/chat/completions",  # aiohttp keeps dot segments; vLLM may not
+            b"/x/%2E%2E/v1/models",
+            b"/./v1/models",
+        ]:
             head = await raw_head(locked, b"GET %b HTTP/1.1\r\nHost: gateway\r\n\r\n" % path)
             assert head.startswith(b"HTTP/1.1 401 "), (path, head)
 
@@ -326,6 +333,7 @@ def test_bearer_credential_takes_only_the_bearer_scheme(value: str) -> None:
 def test_everything_under_v1_is_protected_but_preflights(suffix: str) -> None:
     assert is_protected("POST", "/v1/" + suffix)
     assert is_protected("GET", "//v1/" + suffix)
+    assert is_protected("GET", "/gateway/../v1/" + suffix)
     assert not is_protected("OPTIONS", "/v1/" + suffix)
 
 
@@ -333,6 +341,7 @@ def test_everything_under_v1_is_protected_but_preflights(suffix: str) -> None:
 def test_paths_outside_v1_are_open(path: str) -> None:
     assert not is_protected("GET", "/" + path)
     assert not is_protected("GET", "/v10/" + path) and not is_protected("GET", "/v1x" + path)
+    assert not is_protected("GET", "/v10/../" + path)
 
 
 def test_upstream_key_header_replaces_every_authorization() -> None:
