@@ -38,6 +38,17 @@ class ResolvedClip:
         return (self.real_path, self.mtime_ns, self.size)
 
 
+def check_clip_size(ref: PathAudio, size: int, max_file_bytes: int) -> None:
+    """413 `audio_too_large` for a file or object over `audio.max_file_bytes`, before any read."""
+    if size > max_file_bytes:
+        raise PayloadTooLarge(
+            f"{ref.label}: {ref.given!r} is {size} bytes, over the limit of "
+            f"{max_file_bytes} bytes (audio.max_file_bytes)",
+            param=ref.param,
+            code="audio_too_large",
+        )
+
+
 class PathPolicy:
     """Containment in the allowed roots, regular files only, a size limit."""
 
@@ -82,13 +93,7 @@ class PathPolicy:
                 param=ref.param,
                 code="not_a_regular_file",
             )
-        if info.st_size > self.max_file_bytes:
-            raise PayloadTooLarge(
-                f"{ref.label}: {ref.given!r} is {info.st_size} bytes, over the limit of "
-                f"{self.max_file_bytes} bytes (audio.max_file_bytes)",
-                param=ref.param,
-                code="audio_too_large",
-            )
+        check_clip_size(ref, info.st_size, self.max_file_bytes)
         return ResolvedClip(
             ref=ref,
             real_path=real_path,

@@ -14,10 +14,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable
 import pybase64
 from cachetools import LRUCache
 
+from ..audio import check_clip_size
 from ..config import Config, S3Config
 from ..durations import HEADER_BYTES, AudioHeader, read_header
 from ..encoder import READ_CHUNK_BYTES, EncodedAudio, StreamedAudio, base64_size
-from ..errors import AudioFileChanged, PayloadTooLarge
+from ..errors import AudioFileChanged
 from ..formats import SNIFF_BYTES, checked_mime
 from ..metrics import GatewayMetrics
 from ..sidechannel import PathAudio
@@ -65,13 +66,7 @@ class ObjectSources:
         if info is None:
             info = await self.client.head(name, ref)
             self._known[name] = info
-        if info.size > self.max_file_bytes:
-            raise PayloadTooLarge(
-                f"{ref.label}: {ref.given!r} is {info.size} bytes, over the limit of "
-                f"{self.max_file_bytes} bytes (audio.max_file_bytes)",
-                param=ref.param,
-                code="audio_too_large",
-            )
+        check_clip_size(ref, info.size, self.max_file_bytes)
         return ObjectClip(ref, info, self, presigned=presigned)
 
     def forget(self, info: ObjectInfo) -> None:
