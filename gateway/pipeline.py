@@ -240,7 +240,7 @@ class RewritePipeline:
 def _named(clip: LoadedClip) -> tuple[str, str, str]:
     """How error messages name a clip: its label, the reference as given, and the param."""
     if isinstance(clip, InlineAudio):
-        return clip.param, clip.uri[: clip.payload_start] + "...", clip.param
+        return clip.param, clip.given, clip.param
     ref = clip.source.ref
     return ref.label, ref.given, ref.param
 

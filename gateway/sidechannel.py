@@ -37,6 +37,11 @@ class InlineAudio:
     def payload(self) -> str:
         return self.uri[self.payload_start :]
 
+    @property
+    def given(self) -> str:
+        """How messages name the clip: its data-URI lead, not its base64."""
+        return self.uri[: self.payload_start] + "..."
+
 
 @dataclass(frozen=True, slots=True)
 class PathAudio:

@@ -30,7 +30,7 @@ from .content_coding import read_decoded_body
 from .durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from .encoder import StreamedAudio
 from .errors import InvalidRequest, PayloadTooLarge
-from .formats import MIME_BY_EXTENSION, SNIFF_BYTES, SUPPORTED_EXTENSIONS, sniff_mime
+from .formats import MIME_BY_EXTENSION, checked_mime
 from .multipart import (
     FILE_FIELD,
     AudioUpload,
@@ -179,7 +179,7 @@ class SpeechUploads:
             header = (
                 read_header(data[:HEADER_BYTES], len(data)) if isinstance(data, bytes) else None
             )
-            self._check_limits(header, ref.param, ref.uri[: ref.payload_start] + "...", ref.param)
+            self._check_limits(header, ref.param, ref.given, ref.param)
             return upload
         clip = (await self.pipeline.sources([ref], presigned=False))[0]
         audio = await self.pipeline.store.get(clip, raw=True)
@@ -207,14 +207,7 @@ class SpeechUploads:
 def inline_upload(ref: InlineAudio) -> AudioUpload:
     """Inline audio as a file part: its bytes decoded, named `audio.<ext>` by its content."""
     data = pybase64.b64decode(ref.payload)  # read_sidechannel checked it is strict base64
-    mime = sniff_mime(data[:SNIFF_BYTES], ref.mime)
-    if mime is None:
-        raise InvalidRequest(
-            f"{ref.param} is not audio (no {SUPPORTED_EXTENSIONS} container signature in its "
-            "first bytes)",
-            param=ref.param,
-            code="not_audio",
-        )
+    mime = checked_mime(data, ref.mime, label=ref.param, given=ref.given, param=ref.param)
     return AudioUpload(f"audio.{EXTENSION_BY_MIME[mime]}", mime, (data,))
 
 

@@ -236,7 +236,7 @@ class RowChecker:
                     input_audio_format(
                         clip.mime,
                         label=clip.param,
-                        given=clip.uri[: clip.payload_start] + "...",
+                        given=clip.given,
                         param=clip.param,
                         fix=shape.input_audio_fix,
                     )
