@@ -110,6 +110,9 @@ class UpstreamConnection(asyncio.Protocol):
             self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.complete:  # a second answer after ours, in the same read: out of turn
+            self._keep_alive = False
+            return
         self.status = self._parser.get_status_code()
         if 100 <= self.status < 200:
             return  # an interim answer (103 Early Hints, ...): the real one follows
