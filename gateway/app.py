@@ -17,7 +17,7 @@ from aiohttp.typedefs import Middleware
 
 from . import __version__
 from .audio import PathPolicy
-from .auth import ApiKeys, require_api_key, with_upstream_key
+from .auth import ApiKeys, require_api_key
 from .body import SegmentedPayload
 from .bridge import responses_to_chat
 from .bridge_relay import relay_bridged
@@ -163,10 +163,7 @@ def bridging(shape: RouteShape) -> Handler:
         if bridged is None or not isinstance(payload, SegmentedPayload):
             headers = request_headers_for_upstream(request, decoded=True)
             return await _relay(request, headers=headers, body=raw)
-        headers = with_upstream_key(
-            request_headers_for_upstream(request, json_body=True, decoded=True),
-            request.app[config_key].upstream.api_key,
-        )
+        headers = request_headers_for_upstream(request, json_body=True, decoded=True)
         try:
             return await relay_bridged(
                 request, request.app[upstream_key], headers=headers, body=payload, bridged=bridged
@@ -217,7 +214,6 @@ async def _relay(
 ) -> web.StreamResponse:
     app = request.app
     pool = app[upstream_key]
-    headers = with_upstream_key(headers, app[config_key].upstream.api_key)
     return await relay(request, pool, upstream_target(pool, request), headers=headers, **kwargs)
 
 

@@ -61,6 +61,7 @@ def create_upstream_pool(
         connect_timeout=config.connect_timeout_seconds,
         read_timeout=config.read_timeout_seconds,
         max_connections=config.max_connections,
+        api_key=config.api_key,
     )
 
 

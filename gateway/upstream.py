@@ -15,6 +15,9 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
+from pydantic import SecretStr
+
+from .auth import with_upstream_key
 from .body import SegmentedPayload
 from .origin import UpstreamOrigin
 from .upstream_connection import (
@@ -96,7 +99,10 @@ class UpstreamPool:
         connect_timeout: float,
         read_timeout: float,
         max_connections: int,
+        api_key: SecretStr | None = None,
     ) -> None:
+        """With `api_key` (`upstream.api_key`), every request carries its Bearer credential in
+        place of the client's Authorization: one place for every route that goes upstream."""
         if origin.tls and ssl_context is None:
             raise ValueError("an https origin needs an SSL context")
         self.origin = origin
@@ -107,6 +113,7 @@ class UpstreamPool:
         self.read_timeout = read_timeout
         self._idle: list[UpstreamConnection] = []
         self._slots = asyncio.Semaphore(max_connections) if max_connections else None
+        self._api_key = api_key if api_key and api_key.get_secret_value() else None
 
     async def request(
         self,
@@ -130,6 +137,8 @@ class UpstreamPool:
         )
         head_only = method == "HEAD"
         length = content_length
+        if self._api_key is not None:
+            headers = with_upstream_key(list(headers), self._api_key)
         if self._slots is not None:
             await self._slots.acquire()
         try:
