@@ -15,6 +15,7 @@ MIME_BY_EXTENSION: dict[str, str] = {
     ".opus": "audio/opus",
 }
 SUPPORTED_EXTENSIONS = ", ".join(MIME_BY_EXTENSION)
+EXTENSION_BY_MIME = {mime: extension for extension, mime in MIME_BY_EXTENSION.items()}
 
 # The `format` field of an `input_audio` part, by MIME type (aliases included for inline data).
 # The OpenAI type of that field is the literal "wav" | "mp3", and vLLM 0.33 validates requests

@@ -30,7 +30,7 @@ from .content_coding import read_decoded_body
 from .durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from .encoder import StreamedAudio
 from .errors import InvalidRequest, PayloadTooLarge
-from .formats import MIME_BY_EXTENSION, checked_mime
+from .formats import EXTENSION_BY_MIME, checked_mime
 from .multipart import (
     FILE_FIELD,
     AudioUpload,
@@ -52,7 +52,6 @@ from .sidechannel import (
 
 log = logging.getLogger(__name__)
 
-EXTENSION_BY_MIME = {mime: extension[1:] for extension, mime in MIME_BY_EXTENSION.items()}
 RequestBody = bytes | SegmentedPayload | AsyncIterator[bytes]
 
 
@@ -208,7 +207,7 @@ def inline_upload(ref: InlineAudio) -> AudioUpload:
     """Inline audio as a file part: its bytes decoded, named `audio.<ext>` by its content."""
     data = pybase64.b64decode(ref.payload)  # read_sidechannel checked it is strict base64
     mime = checked_mime(data, ref.mime, label=ref.param, given=ref.given, param=ref.param)
-    return AudioUpload(f"audio.{EXTENSION_BY_MIME[mime]}", mime, (data,))
+    return AudioUpload(f"audio{EXTENSION_BY_MIME[mime]}", mime, (data,))
 
 
 def _boundary(request: web.Request) -> str:

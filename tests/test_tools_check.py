@@ -98,6 +98,8 @@ BAD_ROWS: list[tuple[str, Any, str | None, str | None]] = [
     ("audio_not_found", nemo_gym({"audio_path": "gone.wav"}), NEMO_P, "gone.wav"),
     ("audio_too_large", path("big.wav"), P, "big.wav"),
     ("audio_too_long", path("long.wav"), P, "long.wav"),
+    # as the server: every clip is sniffed before any length is checked
+    ("not_audio", paths("long.wav", "notaudio.wav"), PS, "notaudio.wav"),
     ("invalid_messages", {"model": "m", "messages": "hi", "metadata": {"audio_path": "a.wav"}},
      "messages", None),
     ("invalid_input", responses({"audio_path": "a.wav"}, items=5), "input", None),

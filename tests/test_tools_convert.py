@@ -239,6 +239,25 @@ async def test_nemo_gym_rows_convert_check_clean_and_reach_the_stub_intact(
 # --- rows that stay, errors, the output file --------------------------------------------------
 
 
+def test_a_null_metadata_keeps_only_rows_with_audio_inline(tmp_path: Path) -> None:
+    """`"metadata": null` (common in dumps) cannot take audio paths: a row with inline audio
+    parts stays inline, a row without audio is simply unchanged."""
+    lines = [
+        json.dumps({"model": "m", "messages": [{"role": "user", "content": "Q"}],
+                    "metadata": None}),
+        json.dumps({"model": "m", "messages": [{"role": "user", "content": [
+            audio_url_part(CLIPS[0]), {"type": "text", "text": "Q"}]}], "metadata": None}),
+    ]  # fmt: skip
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    code, summary = run_json(
+        "convert", str(source), str(tmp_path / "out.jsonl"), "--extract-to", str(tmp_path / "c")
+    )
+    assert code == 0
+    assert (summary["rows_unchanged"], summary["rows_kept_inline"]) == (1, 1)
+    assert (tmp_path / "out.jsonl").read_bytes() == source.read_bytes()
+
+
 def test_rows_that_cannot_move_stay_inline_and_plain_rows_stay_byte_for_byte(
     tmp_path: Path,
 ) -> None:

@@ -12,9 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..formats import MIME_BY_EXTENSION, SNIFF_BYTES, sniff_mime
-
-EXTENSION_BY_MIME = {mime: extension for extension, mime in MIME_BY_EXTENSION.items()}
+from ..formats import EXTENSION_BY_MIME, SNIFF_BYTES, sniff_mime
 
 
 @dataclass(frozen=True, slots=True)

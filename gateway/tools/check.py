@@ -20,11 +20,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-import pybase64
-
 from ..audio import PathPolicy, ResolvedClip
 from ..config import Config
-from ..durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
+from ..durations import (
+    HEADER_BYTES,
+    AudioHeader,
+    check_decode_limits,
+    read_base64_header,
+    read_header,
+)
 from ..encoder import open_checked_file
 from ..errors import GatewayError
 from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
@@ -131,14 +135,19 @@ class RowChecker:
         failure is the row's)."""
         resolved = self._sources(prepared.refs)
         prefix = prepared.request.prefix if prepared.request is not None else ""
-        facts = [self._failing_as(clip.ref, self._clip_facts, clip, prefix) for clip in resolved]
+        # As the server: every clip is read and sniffed, then every clip's length is checked.
+        heads = [self._failing_as(clip.ref, self._head, clip) for clip in resolved]
+        facts = [
+            self._failing_as(clip.ref, self._clip_facts, clip, header, prefix)
+            for clip, (_, header) in zip(resolved, heads, strict=True)
+        ]
         fix = prepared.input_audio_fix
         if fix is not None and self.config.splice.mode == "data_uri":
-            for clip, (_, mime) in zip(resolved, facts, strict=True):
+            for clip, (mime, _) in zip(resolved, heads, strict=True):
                 ref = clip.ref
                 name = {"label": ref.label, "given": ref.given, "param": ref.param}
                 self._failing_as(ref, partial(input_audio_format, mime, **name, fix=fix))
-        return [clip for clip, _ in facts]
+        return facts
 
     def _sources(self, refs: Sequence[PathAudio]) -> list[ResolvedClip | ObjectClip]:
         """Every reference checked by its kind's policy, as the pipeline's `sources` does:
@@ -209,20 +218,22 @@ class RowChecker:
         prepared.later_error = self._splice_error(found, sidechannel.clips)
 
     def _inline_facts(self, clip: InlineAudio, prefix: str) -> ClipFacts:
-        start = clip.payload_start
-        size = base64_decoded_size(clip.uri, start)
-        head = pybase64.b64decode(clip.uri[start : start + HEADER_BYTES // 3 * 4])
-        header = read_header(head, size)
-        check_decode_limits(
-            header,
-            self.config.audio.max_duration_seconds,
-            self.config.audio.max_decode_bytes,
-            label=clip.param,
-            given="(inline data URI)",
-            param=clip.param,
-        )
+        size = base64_decoded_size(clip.uri, clip.payload_start)
+        header = read_base64_header(clip.payload, size)
+        self._check_limits(header, clip.param, clip.given, clip.param)
         seconds = None if header is None else header.seconds
         return ClipFacts(prefix + clip.param, None, None, size, seconds)
+
+    def _check_limits(self, header: AudioHeader | None, label: str, given: str, param: str) -> None:
+        audio = self.config.audio
+        check_decode_limits(
+            header,
+            audio.max_duration_seconds,
+            audio.max_decode_bytes,
+            label=label,
+            given=given,
+            param=param,
+        )
 
     def _splice_error(
         self, found: RowRequest, clips: tuple[InlineAudio | PathAudio, ...]
@@ -245,24 +256,18 @@ class RowChecker:
             return error
         return None
 
-    def _clip_facts(self, clip: ResolvedClip | ObjectClip, prefix: str) -> tuple[ClipFacts, str]:
-        if isinstance(clip, ObjectClip):
-            mime, header = self.objects.head(clip)
-            real_path = clip.info.name.url
-        else:
-            mime, header = self._file_head(clip)
-            real_path = clip.real_path
+    def _head(self, clip: ResolvedClip | ObjectClip) -> tuple[str, AudioHeader | None]:
+        """The clip's sniffed MIME type (400 not_audio) and its header."""
+        return self.objects.head(clip) if isinstance(clip, ObjectClip) else self._file_head(clip)
+
+    def _clip_facts(
+        self, clip: ResolvedClip | ObjectClip, header: AudioHeader | None, prefix: str
+    ) -> ClipFacts:
         ref = clip.ref
-        check_decode_limits(
-            header,
-            self.config.audio.max_duration_seconds,
-            self.config.audio.max_decode_bytes,
-            label=ref.label,
-            given=ref.given,
-            param=ref.param,
-        )
+        self._check_limits(header, ref.label, ref.given, ref.param)
+        real_path = clip.info.name.url if isinstance(clip, ObjectClip) else clip.real_path
         seconds = None if header is None else header.seconds
-        return ClipFacts(prefix + ref.label, ref.given, real_path, clip.size, seconds), mime
+        return ClipFacts(prefix + ref.label, ref.given, real_path, clip.size, seconds)
 
     def _file_head(self, clip: ResolvedClip) -> tuple[str, AudioHeader | None]:
         head = self._heads.get(clip.cache_key)

@@ -53,8 +53,6 @@ def find_inline_audio(
     Raises KeepInline when it has some that cannot move."""
     clips: list[InlineClip] = []
     key = None
-    if not isinstance(found.request.get("metadata", {}), dict):
-        raise KeepInline("a metadata that is not an object cannot take audio paths")
     if sidechannel is not None:
         first = sidechannel.clips[0]
         if isinstance(first, InlineAudio):
@@ -70,6 +68,8 @@ def find_inline_audio(
     clips.extend(_decoded_part(part) for part in leading)
     if not clips:
         return None
+    if not isinstance(found.request.get("metadata", {}), dict):
+        raise KeepInline("a metadata that is not an object cannot take audio paths")
     return InlineAudioFound(tuple(clips), key, len(leading))
 
 
