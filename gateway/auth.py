@@ -32,7 +32,8 @@ def is_protected(method: str, path: str) -> bool:
     if method == "OPTIONS":
         return False
     trimmed = "/" + path.lstrip("/")
-    return any(_under_v1(form) for form in (trimmed, posixpath.normpath(trimmed)))
+    # Without a dot, normalising cannot move a path under /v1: skip it on the common path.
+    return _under_v1(trimmed) or ("." in trimmed and _under_v1(posixpath.normpath(trimmed)))
 
 
 def _under_v1(path: str) -> bool:

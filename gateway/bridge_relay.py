@@ -20,8 +20,8 @@ from .body import SegmentedPayload
 from .bridge import BridgedRequest, ChatStreamTranslator, ResponseIds, encode_event
 from .bridge.answer import chat_to_response, invalid_answer
 from .bridge.events import Event
-from .relay import relay_answer, upstream_errors
-from .upstream import UpstreamClosed, UpstreamPool, UpstreamResponse, UpstreamTimedOut
+from .relay import RELAY_FAILURES, relay_answer, upstream_errors
+from .upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ async def _stream_events(
     try:
         async for chunk in upstream.chunks():
             await _write(response, translator.feed_sse(chunk))
-    except (UpstreamClosed, UpstreamTimedOut, OSError) as exc:
+    except RELAY_FAILURES as exc:
         log.warning("upstream failed mid-stream of a bridged %s: %r", request.path, exc)
         if request.transport is not None:
             request.transport.close()

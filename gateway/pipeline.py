@@ -164,6 +164,10 @@ class RewritePipeline:
         the kinds apart."""
         objects = self.objects
         claimed = [objects is not None and objects.policy.claims(ref) for ref in refs]
+        if not any(claimed):  # the common case: local files only
+            return [
+                LocalClip(clip, self.file_urls) for clip in await self.resolver.resolve(list(refs))
+            ]
         local_refs = [ref for ref, is_object in zip(refs, claimed, strict=True) if not is_object]
         local = iter(await self.resolver.resolve(local_refs) if local_refs else [])
         object_refs = [ref for ref, is_object in zip(refs, claimed, strict=True) if is_object]

@@ -65,7 +65,8 @@ class ObjectSources:
         info = None if self.revalidate else self._known.get(name)
         if info is None:
             info = await self.client.head(name, ref)
-            self._known[name] = info
+            if not self.revalidate:  # only then is a HEAD result ever read again
+                self._known[name] = info
         check_clip_size(ref, info.size, self.max_file_bytes)
         return ObjectClip(ref, info, self, presigned=presigned)
 

@@ -142,8 +142,11 @@ class RowChecker:
             for clip, (_, header) in zip(resolved, heads, strict=True)
         ]
         fix = prepared.input_audio_fix
-        if fix is not None and self.config.splice.mode == "data_uri":
+        file_urls = self.config.splice.mode == "file_url"
+        if fix is not None:
             for clip, (mime, _) in zip(resolved, heads, strict=True):
+                if file_urls and not isinstance(clip, ObjectClip):
+                    continue  # a file:// URL part names no format (objects still go as bytes)
                 ref = clip.ref
                 name = {"label": ref.label, "given": ref.given, "param": ref.param}
                 self._failing_as(ref, partial(input_audio_format, mime, **name, fix=fix))
