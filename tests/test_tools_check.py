@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import wave
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -33,6 +34,7 @@ root = "{root}"
 max_clips = 2
 max_file_bytes = 200000
 max_duration_seconds = 2.0
+max_decode_bytes = 400000
 """
 
 
@@ -54,6 +56,11 @@ def bad_audio(audio_dir: Path, tmp_path: Path) -> Path:
     """Next to a.wav/b.wav/c.wav: files each breaking one rule of the check config."""
     write_tone(audio_dir / "long.wav", 3.0)  # 96 KB: over 2 s, within 200 kB
     write_tone(audio_dir / "big.wav", 7.0)  # 224 KB: over max_file_bytes
+    with wave.open(str(audio_dir / "wide.wav"), "wb") as wide:  # 1 s, 128 KB, 8 channels of
+        wide.setnchannels(8)  # 8-bit: 512 kB of float32 once decoded, over max_decode_bytes
+        wide.setsampwidth(1)
+        wide.setframerate(16_000)
+        wide.writeframes(bytes(16_000 * 8))
     (audio_dir / "notaudio.wav").write_text("this is a text file, not a RIFF/WAVE one\n")
     (audio_dir / "folder.wav").mkdir()
     write_tone(tmp_path / "outside.wav", 0.1)
@@ -98,6 +105,7 @@ BAD_ROWS: list[tuple[str, Any, str | None, str | None]] = [
     ("audio_not_found", nemo_gym({"audio_path": "gone.wav"}), NEMO_P, "gone.wav"),
     ("audio_too_large", path("big.wav"), P, "big.wav"),
     ("audio_too_long", path("long.wav"), P, "long.wav"),
+    ("audio_decode_too_large", path("wide.wav"), P, "wide.wav"),
     # as the server: every clip is sniffed before any length is checked
     ("not_audio", paths("long.wav", "notaudio.wav"), PS, "notaudio.wav"),
     ("invalid_messages", {"model": "m", "messages": "hi", "metadata": {"audio_path": "a.wav"}},
@@ -254,7 +262,12 @@ async def test_check_and_the_server_give_each_bad_row_the_same_code(
     and `param` check reported."""
     gateway = await make_gateway(
         server={"max_body_bytes": 4096},
-        audio={"max_clips": 2, "max_file_bytes": 200000, "max_duration_seconds": 2.0},
+        audio={
+            "max_clips": 2,
+            "max_file_bytes": 200000,
+            "max_duration_seconds": 2.0,
+            "max_decode_bytes": 400000,
+        },
     )
     for code, row, key, _ in BAD_ROWS:
         request = row.get("responses_create_params", row) if isinstance(row, dict) else row

@@ -194,7 +194,7 @@ class TestFrames:
                 except TimeoutError:
                     break
                 sent += 1
-            assert sent < 64, f"{sent} MiB taken in while the upstream read nothing"
+            assert 0 < sent < 64, f"{sent} MiB taken in while the upstream read nothing"
             stub.hold.set()
             echoed = [await asyncio.wait_for(ws.recv(), BOUND_SECONDS) for _ in range(sent)]
         assert [message[-1] for message in echoed] == list(range(sent))
