@@ -203,6 +203,15 @@ class S3Config(_Section):
     revalidate: bool = True
     presign_seconds: int = Field(3600, ge=1, le=7 * 24 * 3600)  # SigV4 allows up to 7 days
 
+    @model_validator(mode="after")
+    def _plain_http_is_explicit(self) -> S3Config:
+        # Caught here, at start-up: the store client would only fail each request, vaguely.
+        if self.endpoint_url.lower().startswith("http://") and not self.allow_http:
+            raise ValueError(
+                "endpoint_url is plain http://: set storage.s3.allow_http = true to use it"
+            )
+        return self
+
 
 class StorageConfig(_Section):
     s3: S3Config = S3Config()

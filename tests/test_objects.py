@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from blockbuster import blockbuster_ctx
 
 from gateway.app import create_app
+from gateway.config import ConfigError, validate_config
 from gateway.samples import write_tone
 from gateway.stub_upstream import StubState, create_stub_app
 
@@ -582,3 +583,14 @@ async def test_presigned_urls_outside_vllms_allowed_media_domains_are_refused_th
     await stub.close()
     assert response.status == 400  # vLLM's answer, relayed: the gateway cannot check this
     assert "allowed domains" in answer["error"]["message"]
+
+
+def test_a_plain_http_endpoint_needs_allow_http() -> None:
+    """`allow_http = false` (the default) with an http:// endpoint stops `serve` at start-up
+    naming the key, rather than failing every object request."""
+    endpoint = {"endpoint_url": "http://127.0.0.1:9000"}
+    with pytest.raises(ConfigError) as refused:
+        validate_config({"storage": {"s3": endpoint}})
+    assert "storage.s3" in str(refused.value) and "allow_http" in str(refused.value)
+    assert validate_config({"storage": {"s3": {**endpoint, "allow_http": True}}})
+    assert validate_config({"storage": {"s3": {"endpoint_url": "https://s3.local"}}})
