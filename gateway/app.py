@@ -124,7 +124,10 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
 
 
 async def websocket_relay(app: web.Application) -> AsyncIterator[None]:
-    app[websocket_relay_key] = await WebSocketRelay.open(app[config_key].upstream, app[metrics_key])
+    pool = app[upstream_key]  # its origin and TLS context, built once at start-up
+    app[websocket_relay_key] = await WebSocketRelay.open(
+        app[config_key].upstream, pool.origin, pool.ssl, app[metrics_key]
+    )
     yield
     await app[websocket_relay_key].close()
 

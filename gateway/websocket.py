@@ -16,6 +16,7 @@ closed first, the client last (its transport closing ends the handler).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -147,9 +148,14 @@ class WebSocketRelay:
         self.api_key = api_key
 
     @classmethod
-    async def open(cls, config: UpstreamConfig, metrics: GatewayMetrics) -> WebSocketRelay:
-        origin = config.origin()
-        ssl_context = await asyncio.to_thread(origin.ssl_context)  # reads CA files
+    async def open(
+        cls,
+        config: UpstreamConfig,
+        origin: UpstreamOrigin,
+        ssl_context: ssl.SSLContext | None,
+        metrics: GatewayMetrics,
+    ) -> WebSocketRelay:
+        """`origin` and `ssl_context` are the HTTP pool's, parsed and loaded once at start-up."""
         connector: aiohttp.BaseConnector
         if origin.socket_path:  # one upstream connection per session: no limit of our own
             connector = aiohttp.UnixConnector(origin.socket_path, limit=0)
