@@ -25,19 +25,24 @@ from .errors import AuthenticationFailed
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+# vLLM 0.33's `--api-key` guards /v1, /v2, /inference and /cohere; its docs warn that
+# /invocations runs the same inference unguarded. The gateway is the front door: it guards both.
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere", "/invocations")
+
+
 def is_protected(method: str, path: str) -> bool:
-    """Whether a request needs a key: anything under /v1 (however many slashes lead, and
-    before or after its dot segments are resolved: aiohttp keeps `/x/../v1/...` as it came,
-    and an upstream may resolve it) but OPTIONS."""
+    """Whether a request needs a key: anything under a guarded prefix (however many slashes
+    lead, and before or after its dot segments are resolved: aiohttp keeps `/x/../v1/...` as
+    it came, and an upstream may resolve it) but OPTIONS."""
     if method == "OPTIONS":
         return False
     trimmed = "/" + path.lstrip("/")
-    # Without a dot, normalising cannot move a path under /v1: skip it on the common path.
-    return _under_v1(trimmed) or ("." in trimmed and _under_v1(posixpath.normpath(trimmed)))
+    # Without a dot, normalising cannot move a path under a prefix: skip it on the common path.
+    return _guarded(trimmed) or ("." in trimmed and _guarded(posixpath.normpath(trimmed)))
 
 
-def _under_v1(path: str) -> bool:
-    return path == "/v1" or path.startswith("/v1/")
+def _guarded(path: str) -> bool:
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in GUARDED_PREFIXES)
 
 
 def bearer_credential(authorization: str | None) -> str | None:

@@ -111,6 +111,8 @@ class TestFrontDoor:
             b"/gateway/../v1/chat/completions",  # aiohttp keeps dot segments; vLLM may not
             b"/x/%2E%2E/v1/models",
             b"/./v1/models",
+            b"/invocations",  # vLLM's unguarded inference route
+            b"/v2/models",
         ]:
             head = await raw_head(locked, b"GET %b HTTP/1.1\r\nHost: gateway\r\n\r\n" % path)
             assert head.startswith(b"HTTP/1.1 401 "), (path, head)
@@ -337,7 +339,18 @@ def test_everything_under_v1_is_protected_but_preflights(suffix: str) -> None:
     assert not is_protected("OPTIONS", "/v1/" + suffix)
 
 
-@given(st.text(max_size=20).filter(lambda path: "v1" not in path))
+@pytest.mark.parametrize("prefix", ["/v2", "/inference", "/cohere", "/invocations"])
+def test_the_other_inference_prefixes_are_guarded_too(prefix: str) -> None:
+    """vLLM's own --api-key guards /v2, /inference and /cohere besides /v1; /invocations runs
+    the same inference and vLLM leaves it open: the gateway, as the front door, does not."""
+    assert is_protected("POST", prefix) and is_protected("POST", prefix + "/x")
+    assert not is_protected("POST", prefix + "x")
+
+
+GUARDED_NAMES = ("v1", "v2", "inference", "cohere", "invocations")
+
+
+@given(st.text(max_size=20).filter(lambda path: not any(n in path for n in GUARDED_NAMES)))
 def test_paths_outside_v1_are_open(path: str) -> None:
     assert not is_protected("GET", "/" + path)
     assert not is_protected("GET", "/v10/" + path) and not is_protected("GET", "/v1x" + path)
