@@ -16,12 +16,10 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from . import __version__
-from .audio import PathPolicy
 from .auth import ApiKeys, require_api_key
 from .body import SegmentedPayload
 from .bridge import responses_to_chat
 from .bridge_relay import relay_bridged
-from .cache import AudioStore
 from .config import Config, ConfigError
 from .content_coding import read_decoded_body
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
@@ -32,6 +30,7 @@ from .pipeline import (
     RESPONSES,
     RewritePipeline,
     RouteShape,
+    build_pipeline,
     parse_json_object,
 )
 from .relay import (
@@ -42,7 +41,6 @@ from .relay import (
     upstream_target,
 )
 from .sidechannel import carries_sidechannel
-from .sources.objects import object_sources
 from .speech import SpeechUploads
 from .upstream import UpstreamPool
 from .websocket import WebSocketRelay, WebSocketUpgrades
@@ -108,15 +106,7 @@ async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
 
 async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     config = app[config_key]
-    policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
-    store = AudioStore(
-        config.cache,
-        app[metrics_key],
-        encode=config.splice.mode == "data_uri",
-        digest=config.splice.part_uuid,
-    )
-    objects = await asyncio.to_thread(object_sources, config, app[metrics_key])
-    pipeline = RewritePipeline(config.splice, config.audio, policy, store, objects)
+    pipeline = await build_pipeline(config, app[metrics_key])
     app[pipeline_key] = pipeline
     app[speech_key] = SpeechUploads(pipeline, config.audio, config.server.max_body_bytes)
     yield

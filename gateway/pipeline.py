@@ -19,11 +19,12 @@ import pybase64
 from .audio import BatchedResolver, PathPolicy
 from .body import Placeholders, Segment, SegmentedPayload
 from .cache import AudioStore
-from .config import AudioConfig, SpliceConfig
+from .config import AudioConfig, CacheConfig, Config, SpliceConfig
 from .durations import AudioHeader, check_decode_limits, read_base64_header
 from .encoder import EncodedAudio, StreamedAudio
 from .errors import InvalidRequest
 from .formats import input_audio_format
+from .metrics import GatewayMetrics
 from .sidechannel import (
     LEGACY_INLINE_KEY,
     InlineAudio,
@@ -34,7 +35,7 @@ from .sidechannel import (
 )
 from .sources import AudioSource
 from .sources.local import LocalClip
-from .sources.objects import ObjectClip, ObjectSources
+from .sources.objects import ObjectClip, ObjectSources, object_sources
 from .splice import Part, splice_chat, splice_responses
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,22 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
     return body
+
+
+async def build_pipeline(
+    config: Config, metrics: GatewayMetrics, cache: CacheConfig | None = None
+) -> RewritePipeline:
+    """The pipeline of `config`: path policy, object sources, store and splice, as `serve` and
+    the dataset tools both use it (`cache` overrides `config.cache`). Close its resolver."""
+    policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
+    store = AudioStore(
+        cache or config.cache,
+        metrics,
+        encode=config.splice.mode == "data_uri",
+        digest=config.splice.part_uuid,
+    )
+    objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
+    return RewritePipeline(config.splice, config.audio, policy, store, objects)
 
 
 class RewritePipeline:

@@ -11,7 +11,6 @@ at a time and serves no one else, so the plain file writes on it delay nothing.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
@@ -21,15 +20,12 @@ from typing import IO, Any
 
 import msgspec
 
-from ..audio import PathPolicy
 from ..body import SegmentedPayload
-from ..cache import AudioStore
 from ..config import Config
 from ..errors import GatewayError
 from ..metrics import GatewayMetrics
-from ..pipeline import RewritePipeline
+from ..pipeline import RewritePipeline, build_pipeline
 from ..sidechannel import read_sidechannel
-from ..sources.objects import object_sources
 from .blobs import ClipDirectory, StagedClip
 from .inline import InlineAudioFound, KeepInline, find_inline_audio, with_paths
 from .jsonl import AtomicFile, Line, UsageError, check_output_target, existing_inputs, read_lines
@@ -236,20 +232,10 @@ class Extractor(RowConverter):
 async def _pipeline(config: Config) -> RewritePipeline:
     """The server's pipeline for `config`: its path policy, object sources and splice, with
     a smaller cache."""
-    policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
-    splice = config.splice
     cache = config.cache.model_copy(
         update={"max_bytes": min(config.cache.max_bytes, TOOLS_CACHE_BYTES)}
     )
-    metrics = GatewayMetrics()
-    store = AudioStore(
-        cache,
-        metrics,
-        encode=splice.mode == "data_uri",
-        digest=splice.part_uuid,
-    )
-    objects = await asyncio.to_thread(object_sources, config, metrics)
-    return RewritePipeline(splice, config.audio, policy, store, objects)
+    return await build_pipeline(config, GatewayMetrics(), cache)
 
 
 def _make_clip_dir(path: str) -> None:
