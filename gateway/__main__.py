@@ -14,12 +14,14 @@ from pydantic import ValidationError
 
 from .app import create_app
 from .config import Config, ConfigError, describe_validation_error, load_config
+from .logs import configure_logging
 from .tools.cli import COMMANDS as TOOL_COMMANDS
 from .tools.cli import add_commands as add_tool_commands
 from .tools.cli import run_command as run_tool_command
 from .tuning import reexec_with_malloc_tuning, tune_garbage_collector
 
 log = logging.getLogger("gateway")
+LOG_FORMATS = ("text", "json")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         "AUDIO_GATEWAY_API_KEYS, which keeps it out of the process list)",
     )
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-format", choices=LOG_FORMATS, help="override [server] log_format")
 
     demo = commands.add_parser(
         "demo", help="run the gateway with a built-in stub upstream and show it working"
@@ -53,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-running", action="store_true", help="leave both servers up for trying curl by hand"
     )
     demo.add_argument("--log-level", default="WARNING")
+    demo.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     add_tool_commands(commands)
     return parser
 
@@ -60,9 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if args.command != "serve":
+        configure_logging(args.log_level, getattr(args, "log_format", None) or "text")
     if args.command == "demo":
         from .demo import run_demo
 
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"audio-gateway: {exc}", file=sys.stderr)
         sys.exit(2)
+    configure_logging(args.log_level, config.server.log_format)
     if config.server.malloc_tuning:
         reexec_with_malloc_tuning(argv)
     try:
@@ -93,7 +97,12 @@ def serve_config(args: argparse.Namespace) -> Config:
     api_keys = [*config.server.api_keys, *args.api_key] if args.api_key else None
     try:
         return config.with_overrides(
-            server={"host": args.host, "port": args.port, "api_keys": api_keys},
+            server={
+                "host": args.host,
+                "port": args.port,
+                "api_keys": api_keys,
+                "log_format": args.log_format,
+            },
             upstream={"url": args.upstream},
             audio={"root": args.audio_root},
         )

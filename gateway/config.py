@@ -55,6 +55,8 @@ def parse_byte_size(value: Any) -> Any:
 
 
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size), Field(ge=0)]
+# A duration in seconds, 0 or more: a TOML integer or float, never a string, bool or inf/nan.
+Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
 
 API_KEYS_ENV = "AUDIO_GATEWAY_API_KEYS"  # comma-separated; added to server.api_keys
 UPSTREAM_API_KEY_ENV = "AUDIO_GATEWAY_UPSTREAM_API_KEY"  # replaces upstream.api_key
@@ -90,6 +92,11 @@ class ServerConfig(_Section):
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     malloc_tuning: bool = True
     api_keys: list[ApiKey] = []
+    # SIGTERM: keep serving new connections this long (endpoints get withdrawn meanwhile), then
+    # give what is in flight up to shutdown_timeout_seconds before cutting it (README, Deploying).
+    drain_seconds: Seconds = 0.0
+    shutdown_timeout_seconds: Seconds = 60.0
+    log_format: Literal["text", "json"] = "text"
 
 
 class UpstreamConfig(_Section):

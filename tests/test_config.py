@@ -281,3 +281,57 @@ def wait_for_health(url: str, process: subprocess.Popen[bytes]) -> dict[str, Any
         except OSError:
             assert time.monotonic() < deadline, "the gateway never answered /gateway/health"
             time.sleep(0.05)
+
+
+class TestRuntimeKeys:
+    """`[server] drain_seconds`, `shutdown_timeout_seconds` and `log_format` (issue 18)."""
+
+    def test_defaults(self) -> None:
+        server = Config().server
+        assert (server.drain_seconds, server.shutdown_timeout_seconds) == (0.0, 60.0)
+        assert server.log_format == "text"
+
+    def test_numbers_load_from_toml(self, tmp_path: Path) -> None:
+        path = tmp_path / "drain.toml"
+        path.write_text(
+            '[server]\ndrain_seconds = 5\nshutdown_timeout_seconds = 2.5\nlog_format = "json"\n'
+        )
+        server = load_config(path).server
+        assert (server.drain_seconds, server.shutdown_timeout_seconds) == (5.0, 2.5)
+        assert server.log_format == "json"
+
+    @pytest.mark.parametrize("key", ["drain_seconds", "shutdown_timeout_seconds"])
+    @pytest.mark.parametrize(
+        ("value", "reason"),
+        [
+            (-1, "greater than or equal to 0"),
+            (-0.5, "greater than or equal to 0"),
+            ("5", "valid number"),
+            ("5s", "valid number"),
+            (True, "valid number"),
+            ([5], "valid number"),
+            (float("inf"), "finite number"),
+            (float("nan"), "finite number"),
+        ],
+    )
+    def test_bad_seconds_name_the_key(self, key: str, value: object, reason: str) -> None:
+        message = config_error({"server": {key: value}})
+        assert f"server.{key}: " in message
+        assert reason in message.split(f"server.{key}: ", 1)[1]
+
+    def test_bad_log_format_names_the_key(self) -> None:
+        message = config_error({"server": {"log_format": "yaml"}})
+        assert "server.log_format: " in message
+        assert "'text' or 'json'" in message
+
+    def test_serve_refuses_a_negative_drain_naming_the_key(self, tmp_path: Path) -> None:
+        bad = tmp_path / "drain.toml"
+        bad.write_text("[server]\nshutdown_timeout_seconds = -3\n")
+        result = run_cli("serve", "--config", str(bad))
+        assert result.returncode == 2
+        assert "server.shutdown_timeout_seconds" in result.stderr
+
+    def test_log_format_flag_accepts_only_text_or_json(self) -> None:
+        result = run_cli("serve", "--log-format", "yaml")
+        assert result.returncode == 2
+        assert "--log-format" in result.stderr

@@ -1,0 +1,46 @@
+"""Log output: `text` (one human-readable line) or `json` (one JSON object per line).
+
+A JSON line always has `time` (UTC, ISO 8601 with milliseconds), `level`, `logger` and
+`message`; a request log line adds the fields of `REQUEST_FIELDS`; an exception adds
+`exception` (its traceback). Nothing else of a record is copied: a field has to be named here to
+reach the output, so a stray `extra=` cannot leak a value into the logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Literal
+
+LogFormat = Literal["text", "json"]
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The fields an access log record carries (`logger.info(..., extra={...})`), in output order.
+REQUEST_FIELDS = ("method", "route", "path", "status", "duration_ms", "request_id")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (newlines inside values are escaped)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in REQUEST_FIELDS:
+            if name in record.__dict__:
+                line[name] = record.__dict__[name]
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str, log_format: LogFormat) -> None:
+    """The root logger writes to stderr at `level` in `log_format` (replacing any handler)."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
