@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import signal
 import sys
@@ -235,6 +236,33 @@ class TestInFlightFinishes:
             assert await gateway.exit_code() == 0
             # It exits once the stream is done, without waiting out the timeout.
             assert asyncio.get_running_loop().time() - sent_at < timeout
+
+    async def test_an_upload_in_flight_keeps_arriving_after_sigterm(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path, event_loop_name: str
+    ) -> None:
+        """aiohttp's own shutdown drops the bytes a closing connection receives: not this one."""
+        resume = asyncio.Event()
+        first, rest = b"a" * 64 * 1024, b"b" * 64 * 1024
+
+        async def body() -> AsyncIterator[bytes]:
+            yield first
+            await resume.wait()
+            yield rest
+
+        async with (
+            serve(stub_server, tmp_path, event_loop=event_loop_name) as gateway,
+            aiohttp.ClientSession() as session,
+        ):
+            upload = asyncio.ensure_future(session.post(f"{gateway.url}/stub/upload", data=body()))
+            await until(lambda: stub.request_count > 0)  # the head went through to the stub
+            gateway.signal(signal.SIGTERM)
+            await listener_closed(gateway)
+            resume.set()
+            async with await upload as response:
+                echoed = await response.json()
+            assert response.status == 200
+            assert echoed["body_sha256"] == hashlib.sha256(first + rest).hexdigest()
+            assert await gateway.exit_code() == 0
 
     async def test_websocket_messages_flow_both_ways_after_sigterm(
         self, stub_server: TestServer, stub: StubState, tmp_path: Path, event_loop_name: str
