@@ -14,13 +14,19 @@ import re
 import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.stub_upstream import StubState
+from gateway.stub_upstream.media import ClipReport
 from gateway.stub_upstream.tokens import (
     AUDIO_BOS,
     AUDIO_EOS,
     AUDIO_PAD,
     AUDIO_TOKENS_PER_SECOND,
+    TokenFields,
+    TokenRequest,
+    audio_token_count,
     word_token_id,
 )
 
@@ -191,3 +197,53 @@ async def test_the_bridge_refuses_vllms_responses_token_output(
     error = await gateway_error(response, 400, "enable_response_messages")
     assert error["code"] == "unsupported_by_audio_bridge"
     assert not stub.requests
+
+
+# --- the stub's token fields, pure --------------------------------------------------------------
+
+words = st.text(alphabet="abcdefg.,", min_size=1, max_size=6)
+
+
+def clip_of(seconds: float | None, size: int) -> ClipReport:
+    return ClipReport("data", "audio/wav", "wav", size, "0" * 64, seconds, 16_000, 1, None)
+
+
+@given(
+    st.lists(words, min_size=1, max_size=8),
+    st.lists(st.tuples(st.none() | st.floats(0.01, 30.0), st.integers(1, 10**6)), max_size=3),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 3),
+)
+def test_streamed_fields_add_up_to_the_whole_answers(
+    pieces: list[str],
+    clips_spec: list[tuple[float | None, int]],
+    as_ids: bool,
+    ids: bool,
+    top: int,
+) -> None:
+    clips = [clip_of(seconds, size) for seconds, size in clips_spec]
+    content = [{"type": "input_audio", "input_audio": {}} for _ in clips]
+    messages = [{"role": "user", "content": [*content, {"type": "text", "text": "Say it."}]}]
+    asked = TokenRequest(token_ids=ids, logprobs=True, top_logprobs=top, as_token_ids=as_ids)
+    whole = TokenFields(asked, messages, clips, pieces).answer(
+        {"choices": [{"index": 0, "message": {}}], "usage": {"completion_tokens": len(pieces)}}
+    )
+    stream = TokenFields(asked, messages, clips, pieces)
+    chunks = [stream.chunk({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})]
+    chunks += [stream.chunk({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in pieces]
+    chunks.append(stream.chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    choice = whole["choices"][0]
+    entries = [e for c in chunks[1:] for e in c["choices"][0]["logprobs"]["content"]]
+    assert entries == choice["logprobs"]["content"]
+    assert all(len(e["top_logprobs"]) == top for e in entries)
+    if as_ids:
+        assert [e["token"] for e in entries] == [f"token_id:{word_token_id(p)}" for p in pieces]
+    if ids:
+        assert [i for c in chunks[1:] for i in c["choices"][0]["token_ids"]] == choice["token_ids"]
+        assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+        expected = [audio_token_count(clip) for clip in clips]
+        assert audio_runs(whole["prompt_token_ids"]) == expected
+        assert whole["usage"]["prompt_tokens"] == len(whole["prompt_token_ids"])
+    else:
+        assert "prompt_token_ids" not in whole and "token_ids" not in choice
