@@ -32,16 +32,11 @@ from ..durations import (
 from ..encoder import open_checked_file
 from ..errors import GatewayError
 from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
-from ..sidechannel import (
-    InlineAudio,
-    PathAudio,
-    base64_decoded_size,
-    carries_sidechannel,
-    read_sidechannel,
-)
+from ..sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
 from ..sources.objects import ObjectClip
 from .jsonl import Line
 from .objects import ObjectChecks
+from .results import CheckedRow, ClipFacts, RowError
 from .rows import (
     RowRequest,
     parse_row,
@@ -50,30 +45,10 @@ from .rows import (
     row_error,
     served_request,
 )
-from .summary import RowError
 
 _T = TypeVar("_T")
 ROWS_IN_FLIGHT_PER_JOB = 16  # enough rows queued that no worker waits on the parser
 HEAD_MEMO_ENTRIES = 65_536  # files whose first bytes are remembered (seeds repeat a clip)
-
-
-@dataclass(frozen=True, slots=True)
-class ClipFacts:
-    """One clip that passed: where it is and what its header says."""
-
-    key: str  # the row-level key, e.g. "responses_create_params.metadata.audio_paths[1]"
-    path: str | None  # as written; None for inline audio
-    real_path: str | None
-    size: int
-    seconds: float | None  # None: the container does not state it (see durations.py)
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedRow:
-    line: Line
-    has_audio: bool
-    clips: tuple[ClipFacts, ...] = ()
-    error: RowError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +88,7 @@ class RowChecker:
         self.config = config
         self.policy = policy
         self.objects = objects or ObjectChecks(config)
+        self.keys = SidechannelKeys(config.sidechannel.key_prefix)
         self._heads: dict[tuple[str, int, int], _Head] = {}
 
     def close(self) -> None:
@@ -125,7 +101,7 @@ class RowChecker:
             self._prepare(prepared)
         except GatewayError as error:
             found = prepared.request
-            has_audio = found is not None and carries_sidechannel(found.request)
+            has_audio = found is not None and self.keys.carries(found.request)
             prepared.done = CheckedRow(line, has_audio, error=self._error(prepared, error))
         return prepared
 
@@ -205,9 +181,9 @@ class RowChecker:
             if too_large is not None:
                 raise too_large
         audio = self.config.audio
-        if carries_sidechannel(found.request):
+        if self.keys.carries(found.request):
             found = dataclasses.replace(found, request=served_request(found, self.config))
-        sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
+        sidechannel = self.keys.read(found.request, audio.max_clips, audio.max_file_bytes)
         if sidechannel is None:
             prepared.done = CheckedRow(line, False)
             return
@@ -286,7 +262,7 @@ class RowChecker:
         return mime, head.header
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
-        return row_error(prepared.line, prepared.request, error, path)
+        return row_error(prepared.line, prepared.request, error, self.keys, path)
 
 
 def _read_head(clip: ResolvedClip) -> _Head:
