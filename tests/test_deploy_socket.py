@@ -26,8 +26,6 @@ from hypothesis import strategies as st
 
 from .deploy_helpers import BASE, GATEWAY_CONTAINER, VLLM_CONTAINER, Rendered, rendered
 
-START_TIMEOUT_SECONDS = 30
-
 
 @dataclass(frozen=True)
 class Identity:
@@ -166,14 +164,16 @@ def vllm_listening(who: Identity, umask: int, path: str) -> Iterator[None]:
     pid = os.fork()
     if pid == 0:
         os._exit(in_child_body(who, umask, serve))
+    os.close(ready_write)  # so a child that died before binding reads as b"", not a hang
+    os.close(stop_read)
     try:
         assert os.read(ready_read, 1) == b"1", "the vLLM stand-in did not bind"
         yield
     finally:
         os.write(stop_write, b"1")
         os.waitpid(pid, 0)
-        for fd in (ready_read, ready_write, stop_read, stop_write):
-            os.close(fd)
+        os.close(ready_read)
+        os.close(stop_write)
 
 
 def in_child_body(who: Identity, umask: int, work: Callable[[], int]) -> int:
