@@ -7,13 +7,13 @@ import asyncio
 import logging
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
 
-from aiohttp import web
 from pydantic import ValidationError
 
 from .app import create_app
 from .config import Config, ConfigError, describe_validation_error, load_config
+from .lifecycle import serve_app
 from .logs import configure_logging
 from .tools.cli import COMMANDS as TOOL_COMMANDS
 from .tools.cli import add_commands as add_tool_commands
@@ -134,22 +134,11 @@ def serve(config: Config) -> None:
         else "no API keys: /v1 is open",
     )
     tune_garbage_collector()
-    run_kwargs: dict[str, Any] = {}
-    loop = new_event_loop(config.server.event_loop)
-    if loop is not None:
-        run_kwargs["loop"] = loop
-    web.run_app(
-        create_app(config),
-        host=config.server.host,
-        port=config.server.port,
-        access_log=log if config.server.access_log else None,
-        handler_cancellation=True,  # a client that disconnects cancels its upstream request
-        print=None,
-        **run_kwargs,
-    )
+    with asyncio.Runner(loop_factory=event_loop_factory(config.server.event_loop)) as runner:
+        runner.run(serve_app(create_app(config), config.server))
 
 
-def new_event_loop(choice: str) -> asyncio.AbstractEventLoop | None:
+def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop when asked for, or on "auto" when it is installed; None means asyncio's own."""
     if choice == "asyncio":
         return None
@@ -159,7 +148,7 @@ def new_event_loop(choice: str) -> asyncio.AbstractEventLoop | None:
         if choice == "uvloop":
             raise ConfigError("server.event_loop = 'uvloop' but uvloop is not installed") from None
         return None
-    return uvloop.new_event_loop()
+    return uvloop.new_event_loop
 
 
 if __name__ == "__main__":

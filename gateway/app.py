@@ -16,12 +16,14 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from . import __version__
+from .access_log import answer_with_request_id, assign_request_ids
 from .auth import ApiKeys, require_api_key
 from .body import SegmentedPayload
 from .bridge import responses_to_chat
 from .bridge_relay import relay_bridged
 from .config import Config, ConfigError
 from .content_coding import read_decoded_body
+from .drain import InFlight
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
 from .pipeline import (
@@ -33,6 +35,7 @@ from .pipeline import (
     build_pipeline,
     parse_json_object,
 )
+from .readiness import Readiness
 from .relay import (
     create_upstream_pool,
     relay,
@@ -53,6 +56,8 @@ upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
 speech_key = web.AppKey("speech_key", SpeechUploads)
 websocket_relay_key = web.AppKey("websocket_relay_key", WebSocketRelay)
+in_flight_key = web.AppKey("in_flight_key", InFlight)
+readiness_key = web.AppKey("readiness_key", Readiness)
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away before the answer
 
@@ -60,7 +65,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def create_app(config: Config) -> web.Application:
-    middlewares: list[Middleware] = [errors_as_json]
+    in_flight = InFlight()  # what a drain waits for (drain.py; the drain itself: lifecycle.py)
+    middlewares: list[Middleware] = [in_flight.middleware()]
+    if config.server.access_log:
+        middlewares.append(assign_request_ids)
+    middlewares.append(errors_as_json)
     if api_keys := ApiKeys(config.server.api_keys):  # checked before a handler reads a body
         middlewares.append(require_api_key(api_keys))
     app = web.Application(
@@ -72,12 +81,17 @@ def create_app(config: Config) -> web.Application:
     )
     app[config_key] = config
     app[metrics_key] = GatewayMetrics()
+    app[in_flight_key] = in_flight
+    if config.server.access_log:
+        app.on_response_prepare.append(answer_with_request_id)
     app.cleanup_ctx.append(upstream_pool)
+    app.cleanup_ctx.append(readiness)
     app.cleanup_ctx.append(rewrite_pipeline)
     app.cleanup_ctx.append(websocket_relay)
 
     chat_shape = CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
     app.router.add_get("/gateway/health", health, name="gateway_health")
+    app.router.add_get("/gateway/ready", ready, name="gateway_ready")
     app.router.add_get("/gateway/metrics", metrics, name="gateway_metrics")
     app.router.add_post("/v1/chat/completions", rewriting(chat_shape), name="chat_completions")
     if config.responses.audio == "chat_bridge":
@@ -102,6 +116,13 @@ async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
     app[upstream_key] = create_upstream_pool(config, ssl_context)
     yield
     app[upstream_key].close()
+
+
+async def readiness(app: web.Application) -> AsyncIterator[None]:
+    in_flight = app[in_flight_key]
+    app[readiness_key] = Readiness(app[upstream_key], lambda: in_flight.draining)
+    yield
+    app[readiness_key].close()
 
 
 async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
@@ -220,6 +241,12 @@ async def health(request: web.Request) -> web.Response:
             "cache": {"entries": store.entries, "bytes": store.bytes},
         }
     )
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Readiness: 200 while not draining and the upstream answers GET /health, else 503."""
+    verdict = await request.app[readiness_key].check()
+    return verdict.response()
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -17,7 +17,7 @@ from typing import Literal
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The fields an access log record carries (`logger.info(..., extra={...})`), in output order.
-REQUEST_FIELDS = ("method", "route", "path", "status", "duration_ms", "request_id")
+REQUEST_FIELDS = ("method", "route", "path", "status", "duration_ms", "remote", "request_id")
 
 
 class JsonFormatter(logging.Formatter):

@@ -10,7 +10,8 @@ slows its sender down (backpressure). Pings are answered on each hop by aiohttp.
 The first side to end decides how both close: a close frame's code and reason go to the other
 side and are echoed to the sender (RFC 6455 5.5.1); a side that vanishes without one closes the
 other with 1001 (the client went away) or 1014 (bad gateway: the upstream did). The upstream is
-closed first, the client last (its transport closing ends the handler).
+closed first, the client last (its transport closing ends the handler). `go_away()` (the end of
+a drain) ends every session the same way, both sides getting 1001 "gateway shutting down".
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Ending:
 
 CLIENT_GONE = Ending(WSCloseCode.GOING_AWAY, "client went away")
 UPSTREAM_GONE = Ending(WSCloseCode.BAD_GATEWAY, "upstream went away")
+SHUTTING_DOWN = Ending(WSCloseCode.GOING_AWAY, "gateway shutting down")
 
 
 def sendable_close_code(code: int) -> int:
@@ -146,6 +148,8 @@ class WebSocketRelay:
         self.origin = origin
         self.metrics = metrics
         self.api_key = api_key
+        # Resolved by go_away(): every session, current or starting, then ends with it.
+        self._going_away: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
 
     @classmethod
     async def open(
@@ -178,6 +182,11 @@ class WebSocketRelay:
     async def close(self) -> None:
         await self.session.close()
 
+    def go_away(self) -> None:
+        """End every session: both sides get a close frame, 1001 "gateway shutting down"."""
+        if not self._going_away.done():
+            self._going_away.set_result(SHUTTING_DOWN)
+
     def upstream_url(self, request: web.Request) -> URL:
         scheme = "wss" if self.origin.tls else "ws"
         authority = self.origin.host_header  # "localhost" for unix://: the socket is the route
@@ -201,7 +210,7 @@ class WebSocketRelay:
             client = await _accept(request, upstream.protocol)
             self.metrics.websocket_sessions.inc()
             try:
-                await _run_session(client, upstream)
+                await _run_session(client, upstream, self._going_away)
             finally:
                 self.metrics.websocket_sessions.dec()
         finally:
@@ -267,14 +276,16 @@ async def _accept(request: web.Request, protocol: str | None) -> web.WebSocketRe
 
 
 async def _run_session(
-    client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse
+    client: web.WebSocketResponse,
+    upstream: aiohttp.ClientWebSocketResponse,
+    going_away: asyncio.Future[Ending],
 ) -> None:
     pumps = [
         asyncio.create_task(_pump(client, upstream, CLIENT_GONE, UPSTREAM_GONE)),
         asyncio.create_task(_pump(upstream, client, UPSTREAM_GONE, CLIENT_GONE)),
     ]
     try:
-        done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait([*pumps, going_away], return_when=asyncio.FIRST_COMPLETED)
         ending = done.pop().result()
         reason = ending.reason.encode()
         await upstream.close(code=ending.code, message=reason)

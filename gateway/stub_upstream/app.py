@@ -298,7 +298,7 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def vllm_health(request: web.Request) -> web.Response:
-    return web.Response(status=200)
+    return web.Response(status=request.app[stub_state_key].health_status)
 
 
 async def vllm_metrics(request: web.Request) -> web.Response:

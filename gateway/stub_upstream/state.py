@@ -35,6 +35,7 @@ class StubState:
     websocket_sessions: int = 0
     # per ended WebSocket session: the close code and reason the stub received (None: none came)
     websocket_closes: list[tuple[int | None, str]] = field(default_factory=list)
+    health_status: int = 200  # what GET /health answers (vLLM: 200, or 503 once its engine died)
 
 
 stub_state_key = web.AppKey("stub_state_key", StubState)

@@ -1,0 +1,88 @@
+"""Request logs (`server.access_log = true`): one line per request, with a request id.
+
+A line says `method`, `route` (the route's name, as in the metrics), `path` (raw, without the
+query string: a query may carry a signature or a token), `status`, `duration_ms` (until the
+answer's last byte; a WebSocket session's whole length), `remote` and `request_id`. No header,
+body or query ever reaches it, so API keys and clip bytes cannot.
+
+The request id is the client's `X-Request-Id` when it is sane (`REQUEST_ID_PATTERN`), else a
+new one (32 hex digits) that replaces it on the way upstream, so vLLM (which takes it as its own
+request id under `--enable-request-id-headers`) logs the same id. The answer carries it in
+`X-Request-Id` unless the upstream's answer already has one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web_request import BaseRequest
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REQUEST_ID_HEADER = "X-Request-Id"
+# Short, and nothing that needs quoting in a log line: ids like UUIDs, hex, "trace:span", "a.b-c".
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+=/-]{1,128}")
+request_id_key = web.RequestKey("request_id_key", str)
+access_logger = logging.getLogger("gateway.access")
+
+
+def request_id(request: BaseRequest) -> str:
+    """The id of a request that went through `assign_request_ids`, else the client's sane
+    one, else a new one (a request aiohttp answered itself, such as a malformed one)."""
+    given = request.get(request_id_key)
+    if isinstance(given, str):
+        return given
+    header = request.headers.get(REQUEST_ID_HEADER)
+    return header if header is not None and REQUEST_ID_PATTERN.fullmatch(header) else new_id()
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@web.middleware
+async def assign_request_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Gives each request its id (installed with the access log only: it costs a clone when
+    the client sent none)."""
+    header = request.headers.get(REQUEST_ID_HEADER)
+    if header is not None and REQUEST_ID_PATTERN.fullmatch(header):
+        request[request_id_key] = header
+        return await handler(request)
+    request[request_id_key] = generated = new_id()  # set before the clone, which copies it
+    headers = request.headers.copy()
+    headers[REQUEST_ID_HEADER] = generated
+    return await handler(request.clone(headers=headers))
+
+
+async def answer_with_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """`on_response_prepare`: the answer names the request's id (unless it already does)."""
+    if (rid := request.get(request_id_key)) is not None:
+        response.headers.setdefault(REQUEST_ID_HEADER, rid)
+
+
+class AccessLogger(AbstractAccessLogger):
+    """aiohttp's access log hook: one record per answered request, fields as `extra`."""
+
+    def log(self, request: BaseRequest, response: web.StreamResponse, time: float) -> None:
+        match_info = getattr(request, "match_info", None)  # absent on a malformed request
+        route = (match_info.route.name if match_info is not None else None) or "unmatched"
+        fields = {
+            "method": request.method,
+            "route": route,
+            "path": request.raw_path.partition("?")[0],
+            "status": response.status,
+            "duration_ms": round(time * 1000, 3),
+            "remote": request.remote,
+            "request_id": request_id(request),
+        }
+        self.logger.info(
+            "%(method)s %(path)s %(status)d %(duration_ms).1f ms route=%(route)s "
+            "request_id=%(request_id)s",
+            fields,
+            extra=fields,
+        )

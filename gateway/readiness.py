@@ -1,0 +1,98 @@
+"""`GET /gateway/ready`: whether this gateway should get traffic (a readiness probe).
+
+Ready means: no drain has started, and the upstream answered its own `GET /health` with 200.
+The upstream probe is the gateway's own request, built here with no header of the prober's
+(the pool adds `Host` and, when configured, `upstream.api_key`). Its result is kept for
+`RESULT_TTL_SECONDS`, and at most one probe is in flight: concurrent readiness calls share it,
+so a burst of probers costs the upstream one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from .upstream import UpstreamPool
+
+RESULT_TTL_SECONDS = 1.0  # an upstream answer stands for this long
+PROBE_TIMEOUT_SECONDS = 5.0  # no answer by then: not ready (Kubernetes' own default is 1 s)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A readiness answer: `reason` is "ready" or a code saying what is wrong."""
+
+    ready: bool
+    reason: str
+    message: str
+
+    def response(self) -> web.Response:
+        body: dict[str, str] = {"status": "ready" if self.ready else "not_ready"}
+        if not self.ready:
+            body |= {"reason": self.reason, "message": self.message}
+        return web.json_response(
+            body, status=200 if self.ready else 503, headers={"Cache-Control": "no-store"}
+        )
+
+
+READY = Verdict(True, "ready", "the upstream answers GET /health")
+DRAINING = Verdict(False, "draining", "the gateway is shutting down: no new requests, please")
+
+
+class Readiness:
+    """The readiness check over one upstream pool; `draining()` says whether a drain started."""
+
+    def __init__(self, pool: UpstreamPool, draining: Callable[[], bool]) -> None:
+        self._pool = pool
+        self._draining = draining
+        self._verdict: Verdict | None = None
+        self._verdict_at = 0.0
+        self._probe: asyncio.Task[Verdict] | None = None
+
+    async def check(self) -> Verdict:
+        if self._draining():
+            return DRAINING
+        if self._verdict is not None and time.monotonic() - self._verdict_at < RESULT_TTL_SECONDS:
+            return self._verdict
+        if self._probe is None:
+            self._probe = asyncio.create_task(self._run_probe())
+        # Shielded: a prober that hangs up must not cancel the probe the others wait for.
+        verdict = await asyncio.shield(self._probe)
+        return DRAINING if self._draining() else verdict
+
+    async def _run_probe(self) -> Verdict:
+        try:
+            verdict = await self._probe_upstream()
+            self._verdict, self._verdict_at = verdict, time.monotonic()
+            return verdict
+        finally:
+            self._probe = None
+
+    async def _probe_upstream(self) -> Verdict:
+        pool = self._pool
+        label = pool.origin.label
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                response = await pool.request("GET", f"{pool.path_prefix}/health", [], None)
+                try:
+                    await response.read()
+                finally:
+                    response.close()
+        except TimeoutError:  # the pool's own UpstreamTimedOut included
+            message = f"the upstream {label} did not answer GET /health within"
+            return Verdict(False, "upstream_timeout", f"{message} {PROBE_TIMEOUT_SECONDS:g} s")
+        except (ConnectionError, OSError) as exc:
+            message = f"the upstream {label} is unreachable: {exc.__class__.__name__}: {exc}"
+            return Verdict(False, "upstream_unreachable", message)
+        if response.status != 200:
+            message = f"the upstream {label} answered GET /health with {response.status}"
+            return Verdict(False, "upstream_status", message)
+        return READY
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()

@@ -1,0 +1,300 @@
+"""The drain on SIGTERM, against a real `python -m gateway serve` process in front of the stub:
+readiness fails at once, new connections are served for `drain_seconds` and refused after,
+what is in flight (an SSE stream, a WebSocket session with messages both ways) finishes within
+`shutdown_timeout_seconds`, what is still open then is cut (WebSocket 1001, a stream short of
+its end), and the process exits 0 within the timeout plus a small grace, not twice it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType
+from aiohttp.test_utils import TestServer
+
+from gateway.lifecycle import CUT_GRACE_SECONDS
+from gateway.stub_upstream import StubState
+
+from .test_config import REPO_ROOT, free_port
+
+START_SECONDS = 60.0  # a guard against hangs (start-up on a loaded machine), never an assertion
+BOUND_SECONDS = 30.0
+# Exit after the cut: cancelled handlers, aiohttp's cleanup and interpreter exit (not 2x timeout).
+EXIT_SLACK_SECONDS = 2.0
+CHAT = "/v1/chat/completions"
+LOOPS = ["asyncio", "uvloop"]
+
+
+@dataclass
+class Gateway:
+    process: asyncio.subprocess.Process
+    port: int
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def signal(self, signum: signal.Signals) -> float:
+        self.process.send_signal(signum)
+        return asyncio.get_running_loop().time()
+
+    async def exit_code(self) -> int:
+        return await asyncio.wait_for(self.process.wait(), BOUND_SECONDS)
+
+
+def fresh_session() -> aiohttp.ClientSession:
+    """A client whose every request opens a new connection."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+
+
+@contextlib.asynccontextmanager
+async def serve(stub_server: TestServer, tmp_path: Path, **server: Any) -> AsyncIterator[Gateway]:
+    """`python -m gateway serve` with `[server]` keys `server`, in front of the stub."""
+    settings = {"malloc_tuning": False, **server}
+    lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+    upstream = str(stub_server.make_url("")).rstrip("/")
+    config = tmp_path / "gateway.toml"
+    text = f'[server]\n{lines}[upstream]\nurl = "{upstream}"\n'
+    await asyncio.to_thread(config.write_text, text)
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)),
+        cwd=REPO_ROOT,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    gateway = Gateway(process, port)
+    reader = asyncio.create_task(_collect(process, gateway.log))
+    try:
+        await _wait_until_up(gateway)
+        yield gateway
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await reader
+
+
+async def _collect(process: asyncio.subprocess.Process, log: list[str]) -> None:
+    assert process.stderr is not None
+    async for line in process.stderr:
+        log.append(line.decode(errors="replace").rstrip("\n"))
+
+
+async def _wait_until_up(gateway: Gateway) -> None:
+    deadline = asyncio.get_running_loop().time() + START_SECONDS
+    async with fresh_session() as session:
+        while True:
+            assert gateway.process.returncode is None, "\n".join(gateway.log)
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{gateway.url}/gateway/health") as response:
+                    if response.status == 200:
+                        return
+            assert asyncio.get_running_loop().time() < deadline, "serve never came up"
+            await asyncio.sleep(0.05)
+
+
+async def listener_closed(gateway: Gateway) -> float:
+    """Polls with new connections until one is refused; when that was (loop time)."""
+    deadline = asyncio.get_running_loop().time() + BOUND_SECONDS
+    async with fresh_session() as session:
+        while True:
+            try:
+                async with session.get(f"{gateway.url}/gateway/health") as response:
+                    await response.read()
+            except aiohttp.ClientConnectorError:
+                return asyncio.get_running_loop().time()
+            assert asyncio.get_running_loop().time() < deadline, "the listener stayed open"
+            await asyncio.sleep(0.05)
+
+
+async def until(condition: Any) -> None:
+    deadline = asyncio.get_running_loop().time() + BOUND_SECONDS
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "never happened"
+        await asyncio.sleep(0.02)
+
+
+async def readiness(session: aiohttp.ClientSession, gateway: Gateway) -> tuple[int, Any]:
+    async with session.get(f"{gateway.url}/gateway/ready") as response:
+        return response.status, await response.json()
+
+
+@contextlib.asynccontextmanager
+async def held_stream(
+    session: aiohttp.ClientSession, gateway: Gateway
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """A streamed chat answer the stub holds after its first chunk (until `stub.hold` is set);
+    the first chunk has arrived when this yields."""
+    body = {"model": "stub", "messages": [{"role": "user", "content": "one two"}], "stream": True}
+    headers = {"X-Stub-Hold": "1"}
+    async with session.post(f"{gateway.url}{CHAT}", json=body, headers=headers) as response:
+        assert response.status == 200
+        first = await response.content.readuntil(b"\n\n")
+        assert first.startswith(b"data: ")
+        yield response
+
+
+class TestReadinessAndNewConnections:
+    async def test_ready_fails_at_once_new_connections_served_for_drain_seconds_then_refused(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path
+    ) -> None:
+        drain_seconds = 2.0
+        async with (
+            serve(stub_server, tmp_path, drain_seconds=drain_seconds) as gateway,
+            aiohttp.ClientSession() as kept,
+            fresh_session() as fresh,
+        ):
+            assert await readiness(fresh, gateway) == (200, {"status": "ready"})
+            stub.health_status = 503  # then the upstream fails its health check
+            await asyncio.sleep(1.1)  # past the kept result
+            status, body = await readiness(fresh, gateway)
+            assert (status, body["reason"]) == (503, "upstream_status")
+            stub.health_status = 200
+            await asyncio.sleep(1.1)
+            assert (await readiness(fresh, gateway))[0] == 200
+            async with held_stream(kept, gateway) as stream:
+                sent_at = gateway.signal(signal.SIGTERM)
+                status, body = await readiness(fresh, gateway)
+                assert (status, body["reason"]) == (503, "draining")
+                # A new connection during the drain is served, and told to go away after.
+                async with fresh.get(f"{gateway.url}/v1/models") as response:
+                    assert response.status == 200
+                    assert response.headers["Connection"] == "close"
+                closed_at = await listener_closed(gateway)
+                assert closed_at - sent_at >= drain_seconds  # not before the drain is over
+                assert gateway.process.returncode is None  # the stream is still in flight
+                stub.hold.set()
+                rest = await stream.content.read()
+            assert rest.endswith(b"data: [DONE]\n\n")
+            assert await gateway.exit_code() == 0
+
+
+@pytest.mark.parametrize("event_loop_name", LOOPS)
+class TestInFlightFinishes:
+    async def test_sse_stream_finishes_after_the_listener_closed(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path, event_loop_name: str
+    ) -> None:
+        timeout = 30.0
+        async with (
+            serve(
+                stub_server,
+                tmp_path,
+                event_loop=event_loop_name,
+                shutdown_timeout_seconds=timeout,
+            ) as gateway,
+            aiohttp.ClientSession() as session,
+            held_stream(session, gateway) as stream,
+        ):
+            sent_at = gateway.signal(signal.SIGTERM)
+            await listener_closed(gateway)
+            stub.hold.set()
+            rest = await stream.content.read()
+            assert rest.endswith(b"data: [DONE]\n\n")
+            assert json.loads(rest.split(b"\n\n")[0].removeprefix(b"data: "))["choices"]
+            assert await gateway.exit_code() == 0
+            # It exits once the stream is done, without waiting out the timeout.
+            assert asyncio.get_running_loop().time() - sent_at < timeout
+
+    async def test_websocket_messages_flow_both_ways_after_sigterm(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path, event_loop_name: str
+    ) -> None:
+        async with (
+            serve(stub_server, tmp_path, event_loop=event_loop_name) as gateway,
+            aiohttp.ClientSession() as session,
+            session.ws_connect(f"{gateway.url}/stub/ws/echo") as ws,
+        ):
+            await ws.send_str("before")
+            assert (await ws.receive(BOUND_SECONDS)).data == "before"
+            gateway.signal(signal.SIGTERM)
+            await listener_closed(gateway)
+            for index in range(3):  # the client's messages still reach the upstream, and back
+                await ws.send_str(f"after {index}")
+                assert (await ws.receive(BOUND_SECONDS)).data == f"after {index}"
+            await ws.send_bytes(b"\x00\x01binary")
+            assert (await ws.receive(BOUND_SECONDS)).data == b"\x00\x01binary"
+            assert gateway.process.returncode is None
+            await ws.close(code=1000, message=b"done")
+            assert await gateway.exit_code() == 0
+        assert stub.websocket_closes[-1][0] == 1000
+
+
+@pytest.mark.parametrize("event_loop_name", LOOPS)
+class TestCutAfterTheTimeout:
+    async def test_what_is_still_open_is_cut_and_the_process_exits(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path, event_loop_name: str
+    ) -> None:
+        timeout = 5.0
+        async with (
+            serve(
+                stub_server,
+                tmp_path,
+                event_loop=event_loop_name,
+                shutdown_timeout_seconds=timeout,
+            ) as gateway,
+            aiohttp.ClientSession() as session,
+            session.ws_connect(f"{gateway.url}/stub/ws/echo") as ws,
+            held_stream(session, gateway) as stream,
+        ):
+            # By hand: aiohttp's client would retry a GET the server closed without answering.
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            writer.write(b"GET /stub/hang HTTP/1.1\r\nHost: gateway\r\n\r\n")
+            await until(lambda: any(r.path == "/stub/hang" for r in stub.requests))
+            await ws.send_str("ping")
+            assert (await ws.receive(BOUND_SECONDS)).data == "ping"
+            sent_at = gateway.signal(signal.SIGTERM)
+            close = await ws.receive(BOUND_SECONDS + timeout)
+            cut_at = asyncio.get_running_loop().time()
+            assert close.type is WSMsgType.CLOSE
+            assert (close.data, close.extra) == (1001, "gateway shutting down")
+            assert cut_at - sent_at >= timeout  # served until the timeout, not cut before
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await stream.content.read()  # the stream ends short of its last chunk
+            assert await reader.read() == b""  # no answer: the connection closes
+            writer.close()
+            assert await gateway.exit_code() == 0
+            exited_after = asyncio.get_running_loop().time() - sent_at
+        assert exited_after < timeout + CUT_GRACE_SECONDS + EXIT_SLACK_SECONDS
+        assert (1001, "gateway shutting down") in stub.websocket_closes
+        log = "\n".join(gateway.log)
+        assert "closing 1 WebSocket session(s) with 1001, cutting 2 request(s)" in log
+
+
+class TestSignals:
+    async def test_a_second_sigterm_cuts_at_once(
+        self, stub_server: TestServer, tmp_path: Path
+    ) -> None:
+        timeout = 60.0
+        async with (
+            serve(stub_server, tmp_path, shutdown_timeout_seconds=timeout) as gateway,
+            aiohttp.ClientSession() as session,
+            held_stream(session, gateway) as stream,
+        ):
+            sent_at = gateway.signal(signal.SIGTERM)
+            await listener_closed(gateway)
+            gateway.signal(signal.SIGTERM)
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await stream.content.read()
+            assert await gateway.exit_code() == 0
+            assert asyncio.get_running_loop().time() - sent_at < timeout
+
+    async def test_sigint_skips_drain_seconds(
+        self, stub_server: TestServer, tmp_path: Path
+    ) -> None:
+        drain_seconds = 60.0
+        async with serve(stub_server, tmp_path, drain_seconds=drain_seconds) as gateway:
+            sent_at = gateway.signal(signal.SIGINT)
+            assert await gateway.exit_code() == 0
+            assert asyncio.get_running_loop().time() - sent_at < drain_seconds
+        assert "Traceback" not in "\n".join(gateway.log)
