@@ -76,18 +76,21 @@ class Rendered:
         return labels
 
     def container(self, name: str) -> dict[str, Any]:
-        (found,) = [c for c in self.pod["containers"] if c["name"] == name]
-        return found
+        found: list[dict[str, Any]] = [c for c in self.pod["containers"] if c["name"] == name]
+        assert len(found) == 1, f"expected one container {name}"
+        return found[0]
 
     def volume(self, name: str) -> dict[str, Any]:
-        (found,) = [v for v in self.pod["volumes"] if v["name"] == name]
-        return found
+        found: list[dict[str, Any]] = [v for v in self.pod["volumes"] if v["name"] == name]
+        assert len(found) == 1, f"expected one volume {name}"
+        return found[0]
 
     def mount(self, container: str, path: str) -> dict[str, Any]:
         """The volume mount of `container` at `path` (exactly), which must exist."""
-        mounts = [m for m in self.container(container).get("volumeMounts", [])]
-        (found,) = [m for m in mounts if m["mountPath"] == path]
-        return found
+        mounts: list[dict[str, Any]] = self.container(container).get("volumeMounts", [])
+        found = [m for m in mounts if m["mountPath"] == path]
+        assert len(found) == 1, f"{container} mounts nothing (or twice) at {path}"
+        return found[0]
 
     def config_map_for(self, container: str, file_path: str) -> dict[str, Any]:
         """The ConfigMap whose volume `container` mounts as the folder of `file_path`."""
