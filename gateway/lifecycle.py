@@ -10,8 +10,8 @@ SIGTERM (Kubernetes stopping the pod):
 4. Then what is left is cut: each WebSocket session gets a close frame, 1001 "gateway shutting
    down", on both sides; each other request's handler is cancelled, which drops its upstream
    request and closes its client connection (a stream ends short of its last chunk, an
-   unanswered request gets no answer). After `CUT_GRACE_SECONDS` the rest is cancelled too,
-   and the process exits 0.
+   unanswered request gets no answer). After `CUT_GRACE_SECONDS` the rest is cancelled too
+   (a WebSocket close handshake the peer never answers), and the process exits 0.
 
 SIGINT (Ctrl-C) does the same without step 2: nothing to withdraw. A second SIGTERM or SIGINT
 skips what is left of steps 2 and 3.
@@ -28,13 +28,15 @@ from aiohttp import web
 
 from .access_log import AccessLogger, access_logger
 from .app import in_flight_key, websocket_relay_key
-from .config import ServerConfig
+from .config import ConfigError, ServerConfig
 from .drain import InFlight
 
 log = logging.getLogger(__name__)
 
 CUT_GRACE_SECONDS = 2.0  # after the cut: WebSocket close handshakes, cancelled handlers' cleanup
-# runner.cleanup(): by then no handler runs; aiohttp's shutdown only closes connections.
+CANCELLED_GRACE_SECONDS = 1.0  # then for handlers cancelled last to unwind
+# runner.cleanup(): by then no handler runs; aiohttp's shutdown only closes connections (it
+# may wait twice this). The exit comes at most 4 s after shutdown_timeout_seconds.
 CLEANUP_TIMEOUT_SECONDS = 0.5
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -70,7 +72,11 @@ async def serve_app(app: web.Application, server: ServerConfig) -> None:
     try:
         await runner.setup()
         site = web.TCPSite(runner, server.host, server.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # the port is taken, the host is not ours
+            where = f"{server.host}:{server.port}"
+            raise ConfigError(f"server.host/port: cannot listen on {where}: {exc}") from exc
         signum = await signals.first
         await drain(runner, site, server, signum, signals.again)
     finally:
@@ -127,7 +133,7 @@ async def cut(app: web.Application, in_flight: InFlight) -> None:
     )
     if not await _until(in_flight.wait_idle(), None, CUT_GRACE_SECONDS):
         in_flight.cancel(websockets=True)
-        await _until(in_flight.wait_idle(), None, CUT_GRACE_SECONDS)
+        await _until(in_flight.wait_idle(), None, CANCELLED_GRACE_SECONDS)
 
 
 async def _until(

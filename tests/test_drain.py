@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import signal
 import sys
@@ -58,17 +59,30 @@ def fresh_session() -> aiohttp.ClientSession:
 
 
 @contextlib.asynccontextmanager
-async def serve(stub_server: TestServer, tmp_path: Path, **server: Any) -> AsyncIterator[Gateway]:
-    """`python -m gateway serve` with `[server]` keys `server`, in front of the stub."""
-    settings = {"malloc_tuning": False, **server}
-    lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+async def serve(
+    stub_server: TestServer,
+    tmp_path: Path,
+    *args: str,
+    sections: dict[str, dict[str, Any]] | None = None,
+    **server: Any,
+) -> AsyncIterator[Gateway]:
+    """`python -m gateway serve --config FILE ARGS` in front of the stub: `[server]` keys from
+    `server`, other sections from `sections`."""
     upstream = str(stub_server.make_url("")).rstrip("/")
+    tables: dict[str, dict[str, Any]] = {"server": {"malloc_tuning": False, **server}}
+    for name, values in (sections or {}).items():
+        tables.setdefault(name, {}).update(values)
+    tables.setdefault("upstream", {}).setdefault("url", upstream)
+    text = "".join(
+        f"[{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+        for name, values in tables.items()
+    )
     config = tmp_path / "gateway.toml"
-    text = f'[server]\n{lines}[upstream]\nurl = "{upstream}"\n'
     await asyncio.to_thread(config.write_text, text)
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)),
+        *args,
         cwd=REPO_ROOT,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
@@ -124,6 +138,19 @@ async def until(condition: Any) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "never happened"
         await asyncio.sleep(0.02)
+
+
+async def idle_keep_alive_connection(
+    gateway: Gateway,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that got one answer and stays open for the next request."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    writer.write(b"GET /gateway/health HTTP/1.1\r\nHost: gateway\r\n\r\n")
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" not in head
+    [length] = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
+    await reader.readexactly(int(length.split(b":")[1]))
+    return reader, writer
 
 
 async def readiness(session: aiohttp.ClientSession, gateway: Gateway) -> tuple[int, Any]:
@@ -197,8 +224,11 @@ class TestInFlightFinishes:
             aiohttp.ClientSession() as session,
             held_stream(session, gateway) as stream,
         ):
+            idle, idle_writer = await idle_keep_alive_connection(gateway)
             sent_at = gateway.signal(signal.SIGTERM)
             await listener_closed(gateway)
+            assert await asyncio.wait_for(idle.read(), BOUND_SECONDS) == b""  # closed by the drain
+            idle_writer.close()
             stub.hold.set()
             rest = await stream.content.read()
             assert rest.endswith(b"data: [DONE]\n\n")
@@ -206,6 +236,33 @@ class TestInFlightFinishes:
             assert await gateway.exit_code() == 0
             # It exits once the stream is done, without waiting out the timeout.
             assert asyncio.get_running_loop().time() - sent_at < timeout
+
+    async def test_an_upload_in_flight_keeps_arriving_after_sigterm(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path, event_loop_name: str
+    ) -> None:
+        """aiohttp's own shutdown drops the bytes a closing connection receives: not this one."""
+        resume = asyncio.Event()
+        first, rest = b"a" * 64 * 1024, b"b" * 64 * 1024
+
+        async def body() -> AsyncIterator[bytes]:
+            yield first
+            await resume.wait()
+            yield rest
+
+        async with (
+            serve(stub_server, tmp_path, event_loop=event_loop_name) as gateway,
+            aiohttp.ClientSession() as session,
+        ):
+            upload = asyncio.ensure_future(session.post(f"{gateway.url}/stub/upload", data=body()))
+            await until(lambda: stub.request_count > 0)  # the head went through to the stub
+            gateway.signal(signal.SIGTERM)
+            await listener_closed(gateway)
+            resume.set()
+            async with await upload as response:
+                echoed = await response.json()
+            assert response.status == 200
+            assert echoed["body_sha256"] == hashlib.sha256(first + rest).hexdigest()
+            assert await gateway.exit_code() == 0
 
     async def test_websocket_messages_flow_both_ways_after_sigterm(
         self, stub_server: TestServer, stub: StubState, tmp_path: Path, event_loop_name: str
