@@ -37,8 +37,12 @@ def request_id(request: BaseRequest) -> str:
     given = request.get(request_id_key)
     if isinstance(given, str):
         return given
-    header = request.headers.get(REQUEST_ID_HEADER)
-    return header if header is not None and REQUEST_ID_PATTERN.fullmatch(header) else new_id()
+    return sane_request_id(request.headers.get(REQUEST_ID_HEADER)) or new_id()
+
+
+def sane_request_id(header: str | None) -> str | None:
+    """The client's `X-Request-Id` if it is fit for a log line, else None."""
+    return header if header is not None and REQUEST_ID_PATTERN.fullmatch(header) else None
 
 
 def new_id() -> str:
@@ -49,9 +53,8 @@ def new_id() -> str:
 async def assign_request_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Gives each request its id (installed with the access log only: it costs a clone when
     the client sent none)."""
-    header = request.headers.get(REQUEST_ID_HEADER)
-    if header is not None and REQUEST_ID_PATTERN.fullmatch(header):
-        request[request_id_key] = header
+    if (given := sane_request_id(request.headers.get(REQUEST_ID_HEADER))) is not None:
+        request[request_id_key] = given
         return await handler(request)
     request[request_id_key] = generated = new_id()  # set before the clone, which copies it
     headers = request.headers.copy()

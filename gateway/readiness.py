@@ -40,7 +40,9 @@ class Verdict:
 
 
 READY = Verdict(True, "ready", "the upstream answers GET /health")
-DRAINING = Verdict(False, "draining", "the gateway is shutting down: no new requests, please")
+DRAINING = Verdict(
+    False, "draining", "the gateway is shutting down (drain started by SIGTERM or SIGINT)"
+)
 
 
 class Readiness:

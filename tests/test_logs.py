@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.access_log import REQUEST_ID_PATTERN
+from gateway.access_log import REQUEST_ID_PATTERN, sane_request_id
 from gateway.logs import JsonFormatter
 from gateway.stub_upstream import StubState
 
@@ -59,6 +59,26 @@ class TestJsonFormatter:
         made.exc_info = made.__dict__["exc_info"]
         parsed = json.loads(JsonFormatter().format(made))
         assert "ValueError: boom" in parsed["exception"]
+
+
+class TestRequestIds:
+    @given(st.text(alphabet=st.characters(codec="latin-1"), max_size=300))
+    def test_only_short_plain_ids_are_kept(self, header: str) -> None:
+        kept = sane_request_id(header)
+        assert kept in (header, None)
+        if kept is not None:  # nothing a log line would need to quote or escape
+            assert 1 <= len(kept) <= 128
+            assert all(c.isascii() and (c.isalnum() or c in "._:@+=/-") for c in kept)
+
+    @given(st.from_regex(r"[A-Za-z0-9._:@+=/-]{1,128}", fullmatch=True))
+    def test_uuid_like_ids_are_kept(self, header: str) -> None:
+        assert sane_request_id(header) == header
+
+    def test_none_and_overlong_are_refused(self) -> None:
+        assert sane_request_id(None) is None
+        assert sane_request_id("a" * 129) is None
+        assert sane_request_id("with space") is None
+        assert sane_request_id("") is None
 
 
 def access_lines(gateway: Gateway) -> list[dict[str, Any]]:
