@@ -10,10 +10,12 @@ container's uid and groups connects to it (and one of another uid cannot)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
 import socket
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,8 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
+
+from gateway.stub_upstream import create_stub_app, stub_state_key
 
 from .deploy_helpers import BASE, GATEWAY_CONTAINER, VLLM_CONTAINER, Rendered, rendered
 
@@ -207,3 +212,35 @@ def test_the_gateways_uid_connects_to_the_socket_vllms_uid_binds(base: Rendered)
             assert stat.st_mode & 0o777 == socket_mode(vllm_umask(base))
             assert in_child(gateway, 0o022, connect(path)) == CONNECTED
             assert in_child(stranger, 0o022, connect(path)) == CONNECT_DENIED
+
+
+# --- vLLM's own probes: its /health over the socket -------------------------------------------
+
+
+async def probe_exit_code(command: list[str]) -> int:
+    process = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.DEVNULL)
+    return await process.wait()
+
+
+async def test_vllms_probe_command_asks_its_health_over_the_socket(
+    base: Rendered, tmp_path: Path
+) -> None:
+    vllm = base.container(VLLM_CONTAINER)
+    command = vllm["livenessProbe"]["exec"]["command"]
+    assert vllm["startupProbe"]["exec"]["command"] == command
+    uds = shlex.split(vllm["args"][0])
+    socket_path = uds[uds.index("--uds") + 1]
+    assert command[0] == "python3" and socket_path in command[-1]
+    local = str(tmp_path / "vllm.sock")
+    runnable = [sys.executable, *command[1:-1], command[-1].replace(socket_path, local)]
+    stub = create_stub_app(None)
+    runner = web.AppRunner(stub, access_log=None)
+    await runner.setup()
+    await web.UnixSite(runner, local).start()
+    try:
+        assert await probe_exit_code(runnable) == 0
+        stub[stub_state_key].health_status = 503  # vLLM's answer once its engine died
+        assert await probe_exit_code(runnable) == 1
+    finally:
+        await runner.cleanup()
+    assert await probe_exit_code(runnable) == 1  # nothing listening
