@@ -326,6 +326,25 @@ async def test_missing_clip_costs_gym_three_calls(
     assert stub.requests == []
 
 
+async def test_gym_consumes_unprefixed_keys_itself(
+    gym_http: None,
+    training_gateway: TestClient[web.Request, web.Application],
+    stub: StubState,
+    audio_dir: Path,
+) -> None:
+    """Why the prefix: on its chat path Gym reads `audio_path` itself (the whole file, per
+    request, in its event loop) and sends the audio inline, so the gateway does no audio work."""
+    row = gym_row("Transcribe the audio.", audio_path=str(audio_dir / "a.wav"))
+    async with gym_server(base_url(training_gateway), RL_TRAINING) as gym:
+        await gym_responses(gym, row)
+    body = upstream_chat(stub)
+    assert_audio_before_text(body, [audio_part(audio_dir / "a.wav")], "Transcribe the audio.")
+    metrics = await gateway_metrics(training_gateway)
+    assert metrics['audio_gateway_requests_total{route="chat_completions",status="200"}'] == 1
+    assert metrics["audio_gateway_cache_misses_total"] == 0
+    assert metrics["audio_gateway_encoded_bytes_total"] == 0
+
+
 async def test_tokenize_fallback_loses_the_audio(
     gym_http: None,
     training_gateway: TestClient[web.Request, web.Application],
