@@ -40,7 +40,6 @@ from .relay import (
     request_headers_for_upstream,
     upstream_target,
 )
-from .sidechannel import carries_sidechannel
 from .speech import SpeechUploads
 from .upstream import UpstreamPool
 from .websocket import WebSocketRelay, WebSocketUpgrades
@@ -148,10 +147,11 @@ def bridging(shape: RouteShape) -> Handler:
         started = time.perf_counter()
         raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         body = parse_json_object(raw)
-        bridged = responses_to_chat(body) if carries_sidechannel(body) else None
+        pipeline = request.app[pipeline_key]
+        bridged = responses_to_chat(body) if pipeline.keys.carries(body) else None
         payload: bytes | SegmentedPayload = raw
         if bridged is not None:
-            payload = await request.app[pipeline_key].rewrite(raw, shape, body=bridged.chat)
+            payload = await pipeline.rewrite(raw, shape, body=bridged.chat)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         if bridged is None or not isinstance(payload, SegmentedPayload):
             headers = request_headers_for_upstream(request, decoded=True)

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from .origin import OriginError, UpstreamOrigin, parse_origin
+from .sidechannel import KEY_PREFIX_PATTERN
 from .sources.names import MalformedName, ObjectPrefix, is_object_url, parse_prefix
 
 _SIZE_UNITS = {
@@ -221,6 +222,20 @@ class ResponsesConfig(_Section):
     audio: Literal["chat_bridge", "input_audio"] = "chat_bridge"
 
 
+class SidechannelConfig(_Section):
+    key_prefix: str = ""  # the sidechannel keys are key_prefix + "audio_path" etc.
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _plain_fragment(cls, prefix: str) -> str:
+        if not KEY_PREFIX_PATTERN.fullmatch(prefix):
+            raise ValueError(
+                f"{prefix!r} is not a plain key fragment: use only A-Z a-z 0-9 _ . - "
+                "(e.g. 'gateway_'), or '' for the plain keys"
+            )
+        return prefix
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -229,6 +244,7 @@ class Config(_Section):
     splice: SpliceConfig = SpliceConfig()
     responses: ResponsesConfig = ResponsesConfig()
     storage: StorageConfig = StorageConfig()
+    sidechannel: SidechannelConfig = SidechannelConfig()
 
     @model_validator(mode="after")
     def _objects_need_bytes_or_urls(self) -> Config:

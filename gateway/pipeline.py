@@ -26,11 +26,13 @@ from .errors import InvalidRequest
 from .formats import input_audio_format
 from .metrics import GatewayMetrics
 from .sidechannel import (
+    DEFAULT_KEYS,
     LEGACY_INLINE_KEY,
     InlineAudio,
     PathAudio,
+    Sidechannel,
+    SidechannelKeys,
     base64_decoded_size,
-    read_sidechannel,
     strip_sidechannel,
 )
 from .sources import AudioSource
@@ -107,7 +109,8 @@ async def build_pipeline(
         digest=config.splice.part_uuid,
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
-    return RewritePipeline(config.splice, config.audio, policy, store, objects)
+    keys = SidechannelKeys(config.sidechannel.key_prefix)
+    return RewritePipeline(config.splice, config.audio, policy, store, objects, keys)
 
 
 class RewritePipeline:
@@ -118,8 +121,10 @@ class RewritePipeline:
         policy: PathPolicy,
         store: AudioStore,
         objects: ObjectSources | None = None,
+        keys: SidechannelKeys = DEFAULT_KEYS,
     ):
         self.config = config
+        self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
         self.max_clips = audio.max_clips
         self.max_clip_bytes = audio.max_file_bytes
         self.max_duration_seconds = audio.max_duration_seconds
@@ -138,11 +143,11 @@ class RewritePipeline:
         Responses bridge's chat body is); the pipeline then modifies that dict in place."""
         if body is None:
             body = parse_json_object(raw)
-        sidechannel = read_sidechannel(body, self.max_clips, self.max_clip_bytes)
+        sidechannel = self.keys.read(body, self.max_clips, self.max_clip_bytes)
         if sidechannel is None:
             return raw
-        if sidechannel.key == LEGACY_INLINE_KEY:
-            self._log_legacy_key_once()
+        if sidechannel.kind == LEGACY_INLINE_KEY:
+            self._log_legacy_key_once(sidechannel)
         strip_sidechannel(body, sidechannel.key)
         clips = await self._load(sidechannel.clips, shape)
         try:
@@ -249,12 +254,14 @@ class RewritePipeline:
             param=param,
         )
 
-    def _log_legacy_key_once(self) -> None:
+    def _log_legacy_key_once(self, sidechannel: Sidechannel) -> None:
         if not self._legacy_key_logged:
             self._legacy_key_logged = True
             log.warning(
-                "metadata.audio_url is the deprecated name of metadata.audio_data; "
-                "it works, but rename it in your data (logged once)"
+                "%s is the deprecated name of metadata.%s; it works, but rename it in your "
+                "data (logged once)",
+                sidechannel.param,
+                self.keys.name("audio_data"),
             )
 
 

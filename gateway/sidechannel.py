@@ -1,7 +1,9 @@
 """Reading the audio sidechannel out of a request's `metadata`. Pure: no I/O.
 
 Exactly one of `audio_data` (legacy name `audio_url`), `audio_path` or `audio_paths` may be
-present; every malformed value is a 400 naming the key.
+present; every malformed value is a 400 naming the key. Under `[sidechannel] key_prefix` P the
+keys are P + each name (`gateway_audio_path`); any other key, unprefixed `audio_*` included, is
+ordinary metadata. `SidechannelKeys` holds the names under one prefix, computed once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .formats import mime_for_extension
 
 SIDECHANNEL_KEYS = ("audio_data", "audio_url", "audio_path", "audio_paths")
 LEGACY_INLINE_KEY = "audio_url"
+KEY_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]*")  # a plain identifier fragment, or ""
 
 _DATA_URI = re.compile(r"^data:([A-Za-z0-9.+-]+/[A-Za-z0-9.+-]+)((?:;[^;,]+)*?);base64,", re.ASCII)
 
@@ -55,7 +58,8 @@ class PathAudio:
 
 @dataclass(frozen=True, slots=True)
 class Sidechannel:
-    key: str
+    key: str  # as sent, prefix included: "gateway_audio_path"
+    kind: str  # the key without the prefix: one of SIDECHANNEL_KEYS
     clips: tuple[InlineAudio | PathAudio, ...]
 
     @property
@@ -63,46 +67,84 @@ class Sidechannel:
         return f"metadata.{self.key}"
 
 
-def carries_sidechannel(body: dict[str, Any]) -> bool:
-    """Whether the body has any sidechannel key (valid or not) in its `metadata`."""
-    metadata = body.get("metadata")
-    return isinstance(metadata, dict) and any(key in metadata for key in SIDECHANNEL_KEYS)
+class SidechannelKeys:
+    """The sidechannel's key names under one prefix (`[sidechannel] key_prefix`), computed
+    once per pipeline: reading costs the same whatever the prefix."""
 
+    __slots__ = ("_metadata_params", "kinds", "names", "prefix")
 
-def read_sidechannel(
-    body: dict[str, Any], max_clips: int, max_clip_bytes: int
-) -> Sidechannel | None:
-    """The validated sidechannel of a request body, or None when it carries none.
+    def __init__(self, prefix: str = "") -> None:
+        if not KEY_PREFIX_PATTERN.fullmatch(prefix):
+            raise ValueError(f"{prefix!r} is not a key prefix: use only A-Z a-z 0-9 _ . -")
+        self.prefix = prefix
+        self.names = tuple(prefix + kind for kind in SIDECHANNEL_KEYS)  # in SIDECHANNEL_KEYS order
+        self.kinds = dict(zip(self.names, SIDECHANNEL_KEYS, strict=True))
+        self._metadata_params = {name: f"metadata.{name}" for name in self.names}
 
-    `max_clip_bytes` bounds inline audio as `audio.max_file_bytes` bounds files (413 above)."""
-    metadata = body.get("metadata")
-    if not isinstance(metadata, dict):
-        return None
-    return read_audio_keys(metadata, max_clips, max_clip_bytes, prefix="metadata.")
+    def name(self, kind: str) -> str:
+        """The key as sent for `kind` (one of SIDECHANNEL_KEYS)."""
+        return self.prefix + kind
 
+    def carries(self, body: dict[str, Any]) -> bool:
+        """Whether the body has any sidechannel key (valid or not) in its `metadata`."""
+        metadata = body.get("metadata")
+        return isinstance(metadata, dict) and any(name in metadata for name in self.names)
 
-def read_audio_keys(
-    fields: Mapping[str, Any], max_clips: int, max_clip_bytes: int, *, prefix: str
-) -> Sidechannel | None:
-    """The sidechannel keys of `fields` (a request's `metadata`, or the fields of a form),
-    validated as `read_sidechannel` does; errors name each key as `prefix + key`."""
-    present = [key for key in SIDECHANNEL_KEYS if key in fields]
-    if not present:
-        return None
-    if len(present) > 1:
-        names = ", ".join(f"{prefix}{key}" for key in present)
-        raise InvalidRequest(
-            f"{names}: give exactly one audio sidechannel key, not {len(present)}",
-            param=f"{prefix}{present[0]}",
-            code="conflicting_audio_keys",
+    def read(self, body: dict[str, Any], max_clips: int, max_clip_bytes: int) -> Sidechannel | None:
+        """The validated sidechannel of a request body, or None when it carries none.
+
+        `max_clip_bytes` bounds inline audio as `audio.max_file_bytes` bounds files (413 above)."""
+        metadata = body.get("metadata")
+        if not isinstance(metadata, dict):
+            return None
+        present = [name for name in self.names if name in metadata]
+        if not present:
+            return None
+        params = self._metadata_params
+        if len(present) > 1:
+            raise _conflict([params[name] for name in present])
+        key = present[0]
+        kind = self.kinds[key]
+        return Sidechannel(
+            key, kind, _clips(kind, metadata[key], params[key], max_clips, max_clip_bytes)
         )
-    key = present[0]
-    value = fields[key]
-    param = f"{prefix}{key}"
-    if key in ("audio_data", LEGACY_INLINE_KEY):
-        return Sidechannel(key, (parse_data_uri(value, param, max_clip_bytes),))
-    if key == "audio_path":
-        return Sidechannel(key, (_path_clip(value, param, param),))
+
+    def read_fields(
+        self, fields: Mapping[str, Any], max_clips: int, max_clip_bytes: int, *, prefix: str
+    ) -> Sidechannel | None:
+        """The sidechannel keys of `fields` (the fields of a form), validated as `read` does;
+        errors name each key as `prefix + key`."""
+        present = [name for name in self.names if name in fields]
+        if not present:
+            return None
+        if len(present) > 1:
+            raise _conflict([prefix + name for name in present])
+        key = present[0]
+        kind = self.kinds[key]
+        return Sidechannel(
+            key, kind, _clips(kind, fields[key], prefix + key, max_clips, max_clip_bytes)
+        )
+
+
+DEFAULT_KEYS = SidechannelKeys()
+
+
+def _conflict(params: list[str]) -> InvalidRequest:
+    return InvalidRequest(
+        f"{', '.join(params)}: give exactly one audio sidechannel key, not {len(params)}",
+        param=params[0],
+        code="conflicting_audio_keys",
+    )
+
+
+def _clips(
+    kind: str, value: Any, param: str, max_clips: int, max_clip_bytes: int
+) -> tuple[InlineAudio | PathAudio, ...]:
+    """The clips one sidechannel key names, by its kind; `param` is the key as sent."""
+    if kind in ("audio_data", LEGACY_INLINE_KEY):
+        return (parse_data_uri(value, param, max_clip_bytes),)
+    if kind == "audio_path":
+        return (_path_clip(value, param, param),)
     paths = _path_list(value, param)
     if len(paths) > max_clips:
         raise InvalidRequest(
@@ -110,9 +152,7 @@ def read_audio_keys(
             param=param,
             code="too_many_clips",
         )
-    return Sidechannel(
-        key, tuple(_path_clip(path, param, f"{param}[{i}]") for i, path in enumerate(paths))
-    )
+    return tuple(_path_clip(path, param, f"{param}[{i}]") for i, path in enumerate(paths))
 
 
 def strip_sidechannel(body: dict[str, Any], key: str) -> None:

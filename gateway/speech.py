@@ -42,13 +42,7 @@ from .multipart import (
 )
 from .pipeline import RewritePipeline, parse_json_object
 from .relay import request_body_chunks, request_body_length, request_headers_for_upstream
-from .sidechannel import (
-    LEGACY_INLINE_KEY,
-    SIDECHANNEL_KEYS,
-    InlineAudio,
-    PathAudio,
-    read_audio_keys,
-)
+from .sidechannel import LEGACY_INLINE_KEY, InlineAudio, PathAudio
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +64,8 @@ class SpeechUploads:
     body that is neither multipart nor JSON (the plain passthrough relays it)."""
 
     def __init__(self, pipeline: RewritePipeline, audio: AudioConfig, max_body: int) -> None:
-        self.pipeline = pipeline  # its sources (local files, objects) and its store
+        self.pipeline = pipeline  # its sources (local files, objects), store and key names
+        self.keys = pipeline.keys
         self.audio = audio
         self.max_clip_bytes = audio.max_file_bytes
         self.max_body_bytes = max_body
@@ -120,11 +115,11 @@ class SpeechUploads:
                 )
         raw = bytes(scanner.buffer)
         parts = scanner.parts()
-        fields = _sidechannel_fields(parts or [])
+        fields = self._sidechannel_fields(parts or [])
         ref = self._reference(fields, "") if parts else None
         if ref is None:
             return Outgoing(request_headers_for_upstream(request), raw)
-        kept = [part for part in parts or [] if not _is_sidechannel_field(part)]
+        kept = [part for part in parts or [] if not self._is_sidechannel_field(part)]
         return await self._rewritten(request, ref, kept)
 
     async def _from_urlencoded(self, request: web.Request) -> Outgoing:
@@ -132,28 +127,52 @@ class SpeechUploads:
         raw = await read_decoded_body(request, self.max_body_bytes)
         pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
         fields = [FormPart(b"", value.encode(), name, None) for name, value in pairs]
-        ref = self._reference(_sidechannel_fields(fields), "")
+        ref = self._reference(self._sidechannel_fields(fields), "")
         if ref is None:
             return Outgoing(request_headers_for_upstream(request, decoded=True), raw)
-        parts = [text_part(p.name or "", p.text()) for p in fields if not _is_sidechannel_field(p)]
+        kept = [p for p in fields if not self._is_sidechannel_field(p)]
+        parts = [text_part(p.name or "", p.text()) for p in kept]
         return await self._rewritten(request, ref, parts)
 
     def _reference(self, fields: dict[str, object], prefix: str) -> InlineAudio | PathAudio | None:
         """The one clip `fields` name; `audio_paths` is refused (one clip per request)."""
-        if [key for key in SIDECHANNEL_KEYS if key in fields] == ["audio_paths"]:
+        keys = self.keys
+        if [name for name in keys.names if name in fields] == [keys.name("audio_paths")]:
             raise InvalidRequest(
-                f"{prefix}audio_paths: a transcription or translation takes one clip; "
-                f"give {prefix}audio_path",
-                param=f"{prefix}audio_paths",
+                f"{prefix}{keys.name('audio_paths')}: a transcription or translation takes one "
+                f"clip; give {prefix}{keys.name('audio_path')}",
+                param=f"{prefix}{keys.name('audio_paths')}",
                 code="invalid_audio_reference",
             )
-        sidechannel = read_audio_keys(fields, 1, self.max_clip_bytes, prefix=prefix)
+        sidechannel = keys.read_fields(fields, 1, self.max_clip_bytes, prefix=prefix)
         if sidechannel is None:
             return None
-        if sidechannel.key == LEGACY_INLINE_KEY and not self._legacy_key_logged:
+        if sidechannel.kind == LEGACY_INLINE_KEY and not self._legacy_key_logged:
             self._legacy_key_logged = True
-            log.warning("audio_url is the deprecated name of audio_data; rename it (logged once)")
+            log.warning(
+                "%s is the deprecated name of %s; rename it (logged once)",
+                sidechannel.key,
+                keys.name("audio_data"),
+            )
         return sidechannel.clips[0]
+
+    def _is_sidechannel_field(self, part: FormPart) -> bool:
+        return part.filename is None and part.name in self.keys.kinds
+
+    def _sidechannel_fields(self, parts: list[FormPart]) -> dict[str, object]:
+        """The sidechannel fields of a form; a key given twice is refused (which one was
+        meant?)."""
+        fields: dict[str, object] = {}
+        for part in filter(self._is_sidechannel_field, parts):
+            assert part.name is not None
+            if part.name in fields:
+                raise InvalidRequest(
+                    f"{part.name} is given more than once; a request takes one clip",
+                    param=part.name,
+                    code="invalid_audio_reference",
+                )
+            fields[part.name] = part.text()
+        return fields
 
     async def _rewritten(
         self, request: web.Request, ref: InlineAudio | PathAudio, parts: list[FormPart]
@@ -212,25 +231,6 @@ def inline_upload(ref: InlineAudio) -> AudioUpload:
 
 def _boundary(request: web.Request) -> str:
     return parse_mimetype(request.headers.get("Content-Type", "")).parameters.get("boundary", "")
-
-
-def _is_sidechannel_field(part: FormPart) -> bool:
-    return part.filename is None and part.name in SIDECHANNEL_KEYS
-
-
-def _sidechannel_fields(parts: list[FormPart]) -> dict[str, object]:
-    """The sidechannel fields of a form; a key given twice is refused (which one was meant?)."""
-    fields: dict[str, object] = {}
-    for part in filter(_is_sidechannel_field, parts):
-        assert part.name is not None
-        if part.name in fields:
-            raise InvalidRequest(
-                f"{part.name} is given more than once; a request takes one clip",
-                param=part.name,
-                code="invalid_audio_reference",
-            )
-        fields[part.name] = part.text()
-    return fields
 
 
 async def _chained(prefix: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

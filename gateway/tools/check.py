@@ -32,13 +32,7 @@ from ..durations import (
 from ..encoder import open_checked_file
 from ..errors import GatewayError
 from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
-from ..sidechannel import (
-    InlineAudio,
-    PathAudio,
-    base64_decoded_size,
-    carries_sidechannel,
-    read_sidechannel,
-)
+from ..sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
 from ..sources.objects import ObjectClip
 from .jsonl import Line
 from .objects import ObjectChecks
@@ -113,6 +107,7 @@ class RowChecker:
         self.config = config
         self.policy = policy
         self.objects = objects or ObjectChecks(config)
+        self.keys = SidechannelKeys(config.sidechannel.key_prefix)
         self._heads: dict[tuple[str, int, int], _Head] = {}
 
     def close(self) -> None:
@@ -125,7 +120,7 @@ class RowChecker:
             self._prepare(prepared)
         except GatewayError as error:
             found = prepared.request
-            has_audio = found is not None and carries_sidechannel(found.request)
+            has_audio = found is not None and self.keys.carries(found.request)
             prepared.done = CheckedRow(line, has_audio, error=self._error(prepared, error))
         return prepared
 
@@ -205,9 +200,9 @@ class RowChecker:
             if too_large is not None:
                 raise too_large
         audio = self.config.audio
-        if carries_sidechannel(found.request):
+        if self.keys.carries(found.request):
             found = dataclasses.replace(found, request=served_request(found, self.config))
-        sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
+        sidechannel = self.keys.read(found.request, audio.max_clips, audio.max_file_bytes)
         if sidechannel is None:
             prepared.done = CheckedRow(line, False)
             return

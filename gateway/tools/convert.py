@@ -25,7 +25,6 @@ from ..config import Config
 from ..errors import GatewayError
 from ..metrics import GatewayMetrics
 from ..pipeline import RewritePipeline, build_pipeline
-from ..sidechannel import read_sidechannel
 from .blobs import ClipDirectory, StagedClip
 from .inline import InlineAudioFound, KeepInline, find_inline_audio, with_paths
 from .jsonl import AtomicFile, Line, UsageError, check_output_target, existing_inputs, read_lines
@@ -137,7 +136,7 @@ class Inliner(RowConverter):
 
     async def convert_row(self, line: Line, found: RowRequest, out: IO[bytes]) -> RowOutcome:
         audio = self.config.audio
-        sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
+        sidechannel = self.pipeline.keys.read(found.request, audio.max_clips, audio.max_file_bytes)
         if sidechannel is None:
             out.write(line.data)
             return RowOutcome(UNCHANGED)
@@ -170,7 +169,7 @@ class Extractor(RowConverter):
     async def convert_row(self, line: Line, found: RowRequest, out: IO[bytes]) -> RowOutcome:
         audio = self.config.audio
         raw = found.encoded_request(line.data)
-        sidechannel = read_sidechannel(found.request, audio.max_clips, audio.max_file_bytes)
+        sidechannel = self.pipeline.keys.read(found.request, audio.max_clips, audio.max_file_bytes)
         try:
             inline = find_inline_audio(found, sidechannel)
         except KeepInline:
