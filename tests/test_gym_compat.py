@@ -29,32 +29,32 @@ from typing import Any
 import pytest
 
 pytest.importorskip("nemo_gym", reason="needs NeMo Gym 0.7.0's code (see .ci/gym-compat)")
-from nemo_gym.package_info import __version__ as GYM_VERSION  # noqa: E402
+from nemo_gym.package_info import __version__ as GYM_VERSION
 
 if GYM_VERSION != "0.7.0":
     pytest.skip(f"written against NeMo Gym 0.7.0, found {GYM_VERSION}", allow_module_level=True)
 
-import httpx  # noqa: E402
-from aiohttp import web  # noqa: E402
-from aiohttp.test_utils import TestClient  # noqa: E402
-from nemo_gym import server_utils  # noqa: E402
-from nemo_gym.config_types import BaseServerConfig  # noqa: E402
-from nemo_gym.openai_utils import (  # noqa: E402
+import httpx
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from nemo_gym import server_utils
+from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.openai_utils import (
     NeMoGymResponse,
     NeMoGymResponseOutputMessage,
     NeMoGymResponseOutputMessageForTraining,
 )
-from nemo_gym.server_utils import (  # noqa: E402
+from nemo_gym.server_utils import (
     GlobalAIOHTTPAsyncClientConfig,
     ServerClient,
     set_global_aiohttp_client,
 )
-from omegaconf import OmegaConf  # noqa: E402
-from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig  # noqa: E402
+from omegaconf import OmegaConf
+from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
 
-from gateway.stub_upstream import StubState  # noqa: E402
+from gateway.stub_upstream import StubState
 
-from .conftest import GatewayFactory, audio_part, gateway_metrics  # noqa: E402
+from .conftest import GatewayFactory, audio_part, gateway_metrics
 
 PREFIX = "gateway_"
 EXAMPLE = files("resources_servers.asr_with_pc") / "data" / "example.jsonl"
