@@ -36,6 +36,7 @@ from ..sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decode
 from ..sources.objects import ObjectClip
 from .jsonl import Line
 from .objects import ObjectChecks
+from .results import CheckedRow, ClipFacts, RowError
 from .rows import (
     RowRequest,
     parse_row,
@@ -44,30 +45,10 @@ from .rows import (
     row_error,
     served_request,
 )
-from .summary import RowError
 
 _T = TypeVar("_T")
 ROWS_IN_FLIGHT_PER_JOB = 16  # enough rows queued that no worker waits on the parser
 HEAD_MEMO_ENTRIES = 65_536  # files whose first bytes are remembered (seeds repeat a clip)
-
-
-@dataclass(frozen=True, slots=True)
-class ClipFacts:
-    """One clip that passed: where it is and what its header says."""
-
-    key: str  # the row-level key, e.g. "responses_create_params.metadata.audio_paths[1]"
-    path: str | None  # as written; None for inline audio
-    real_path: str | None
-    size: int
-    seconds: float | None  # None: the container does not state it (see durations.py)
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedRow:
-    line: Line
-    has_audio: bool
-    clips: tuple[ClipFacts, ...] = ()
-    error: RowError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +262,7 @@ class RowChecker:
         return mime, head.header
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
-        return row_error(prepared.line, prepared.request, error, path)
+        return row_error(prepared.line, prepared.request, error, self.keys, path)
 
 
 def _read_head(clip: ResolvedClip) -> _Head:

@@ -45,15 +45,25 @@ def add_commands(commands: Any) -> None:
     )
     check.add_argument("--json", action="store_true", help="a JSON summary on stdout")
 
-    convert = commands.add_parser("convert", help="move a dataset's audio out of or into the JSONL")
+    convert = commands.add_parser(
+        "convert", help="move a dataset's audio out of or into the JSONL, or rename its keys"
+    )
     convert.add_argument("input", metavar="IN.jsonl")
     convert.add_argument("output", metavar="OUT.jsonl")
-    direction = convert.add_mutually_exclusive_group(required=True)
+    direction = convert.add_mutually_exclusive_group()
     direction.add_argument(
         "--extract-to", metavar="DIR", help="inline audio -> files in DIR, rows name them by path"
     )
     direction.add_argument(
         "--inline", action="store_true", help="paths -> the body the gateway would send upstream"
+    )
+    convert.add_argument(
+        "--to-key-prefix",
+        metavar="P",
+        help=(
+            "write the rows' sidechannel keys under prefix P (read under [sidechannel] "
+            "key_prefix); alone or with --extract-to / --inline; '' goes back to the plain keys"
+        ),
     )
     _config_options(convert)
     convert.add_argument("--force", action="store_true", help="replace an existing OUT")

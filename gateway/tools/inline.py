@@ -12,11 +12,12 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pybase64
 
 from ..errors import GatewayError
 from ..formats import MIME_BY_EXTENSION
-from ..sidechannel import InlineAudio, Sidechannel, parse_data_uri
+from ..sidechannel import InlineAudio, Sidechannel, SidechannelKeys, parse_data_uri
 from ..splice import last_user_message
 from .rows import RowRequest
 
@@ -73,18 +74,21 @@ def find_inline_audio(
     return InlineAudioFound(tuple(clips), key, len(leading))
 
 
-def with_paths(found: RowRequest, audio: InlineAudioFound, paths: list[str]) -> dict[str, Any]:
+def with_paths(
+    found: RowRequest, audio: InlineAudioFound, paths: list[str], keys: SidechannelKeys
+) -> dict[str, Any]:
     """A copy of the request with its inline audio replaced by `paths` (one per clip, in
-    order); containers on the way are copied, so the parsed request stays as it was."""
+    order) under `keys`' names; containers on the way are copied, so the parsed request stays
+    as it was."""
     request = dict(found.request)
     metadata = dict(request.get("metadata") or {})
     if audio.sidechannel_key is not None:
         del metadata[audio.sidechannel_key]
     if len(paths) == 1:
-        metadata["audio_path"] = paths[0]
+        metadata[keys.name("audio_path")] = paths[0]
     else:
         # NeMo Gym types metadata as string-to-string: a JSON array in a string passes it.
-        metadata["audio_paths"] = _json_list(paths) if found.nested else paths
+        metadata[keys.name("audio_paths")] = _json_list(paths) if found.nested else paths
     request["metadata"] = metadata
     if audio.leading_parts:
         items_key = "input" if found.route == "responses" else "messages"
@@ -143,6 +147,4 @@ def _index_of_last_user_message(items: list[Any]) -> int:
 
 
 def _json_list(paths: list[str]) -> str:
-    import msgspec
-
     return msgspec.json.encode(paths).decode()

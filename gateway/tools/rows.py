@@ -17,8 +17,9 @@ from ..bridge import responses_to_chat
 from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
 from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
+from ..sidechannel import SidechannelKeys
 from .jsonl import Line
-from .summary import RowError
+from .results import RowError
 
 NEMO_GYM_KEY = "responses_create_params"
 
@@ -37,6 +38,10 @@ class RowRequest:
     @property
     def prefix(self) -> str:
         return f"{NEMO_GYM_KEY}." if self.nested else ""
+
+    def row_with(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The row with `request` in place of its request (every other field kept)."""
+        return {**self.row, NEMO_GYM_KEY: request} if self.nested else request
 
     def encoded_request(self, line: bytes) -> bytes:
         """The request's JSON bytes: the line itself unless the request is nested."""
@@ -83,27 +88,34 @@ def request_too_large(size: int, max_body_bytes: int) -> PayloadTooLarge | None:
 
 
 def row_error(
-    line: Line, found: RowRequest | None, error: GatewayError, path: str | None = None
+    line: Line,
+    found: RowRequest | None,
+    error: GatewayError,
+    keys: SidechannelKeys,
+    path: str | None = None,
 ) -> RowError:
-    """The server's error located in the dataset: row-level key, path as written."""
+    """The server's error located in the dataset: row-level key, path as written (`keys`:
+    the sidechannel's names the row was read with)."""
     prefix = found.prefix if found is not None else ""
     if path is None and found is not None:
-        path = _path_named_by(found, error)
+        path = _path_named_by(found, error, keys)
     key = prefix + error.param if error.param else None
     return RowError(line.file, line.number, error.code, key, path, error.message)
 
 
-def _path_named_by(found: RowRequest, error: GatewayError) -> str | None:
+def _path_named_by(found: RowRequest, error: GatewayError, keys: SidechannelKeys) -> str | None:
     """The path as written that a sidechannel error is about (`metadata.audio_paths[2]`)."""
     metadata = found.request.get("metadata")
     if not isinstance(metadata, dict) or not error.param:
         return None
-    value = metadata.get(error.param.removeprefix("metadata."))
-    if error.param == "metadata.audio_path":
+    name = error.param.removeprefix("metadata.")
+    value = metadata.get(name)
+    kind = keys.kinds.get(name) if error.param.startswith("metadata.") else None
+    if kind == "audio_path":
         return value if isinstance(value, str) else None
-    if error.param != "metadata.audio_paths":
+    if kind != "audio_paths":
         return None
-    index = re.match(r"metadata\.audio_paths\[(\d+)\]", error.message)
+    index = re.match(re.escape(error.param) + r"\[(\d+)\]", error.message)
     if isinstance(value, str):
         try:
             value = msgspec.json.decode(value)

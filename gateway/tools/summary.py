@@ -4,36 +4,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-if TYPE_CHECKING:
-    from .check import CheckedRow, ClipFacts
+from .results import CheckedRow, ClipFacts, RowError
 
 EXAMPLES_PER_CODE = 5
 EXIT_CLEAN, EXIT_ROW_ERRORS, EXIT_USAGE = 0, 1, 2  # no row error / some / a usage error
-
-
-@dataclass(frozen=True, slots=True)
-class RowError:
-    """One row's error, located as a user finds it: file, line, key and path as written."""
-
-    file: str
-    line: int
-    code: str
-    key: str | None  # e.g. "responses_create_params.metadata.audio_paths"
-    path: str | None  # the path exactly as the row wrote it, when the error is about one
-    message: str
-
-    def example(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "line": self.line,
-            "key": self.key,
-            "path": self.path,
-            "message": self.message,
-        }
 
 
 @dataclass(slots=True)
@@ -184,9 +162,10 @@ class CheckSummary:
 class ConvertSummary:
     """Totals of a `convert` run."""
 
-    direction: str  # "extract" or "inline"
+    direction: str  # "extract", "inline" or "key_prefix" (--to-key-prefix alone)
     source: str
     target: str
+    to_key_prefix: str | None = None  # --to-key-prefix, when given
     rows: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     clips: int = 0
@@ -215,6 +194,7 @@ class ConvertSummary:
         return {
             "command": "convert",
             "direction": self.direction,
+            "to_key_prefix": self.to_key_prefix,
             "input": self.source,
             "output": self.target,
             "written": not self.stopped,
@@ -249,5 +229,8 @@ class ConvertSummary:
             ("ratio", f"{self.ratio:.4g} (OUT / IN)"),
             ("time", f"{self.seconds:.1f} s"),
         ]
-        title = f"audio-gateway convert --{self.direction}: {self.source} -> {self.target}"
+        flags = {"extract": "--extract-to", "inline": "--inline"}.get(self.direction, "")
+        if self.to_key_prefix is not None:
+            flags = f"{flags} --to-key-prefix {self.to_key_prefix!r}".strip()
+        title = f"audio-gateway convert {flags}: {self.source} -> {self.target}"
         return render_table(title, rows, self.errors)
