@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from gateway.stub_upstream import StubState
+from gateway.stub_upstream.tokens import word_token_id
 
 from .conftest import chat_body, gateway_error, sha256_of
 
@@ -85,7 +86,9 @@ class TestPassthrough:
         body = {"model": "m", "prompt": "three small words"}
         response = await gateway.post("/tokenize", json=body)
         assert response.status == 200
-        assert await response.json() == {"tokens": [5, 5, 5], "count": 3, "max_model_len": 4096}
+        tokens = [word_token_id(word) for word in ("three", "small", "words")]
+        expected = {"count": 3, "max_model_len": 4096, "tokens": tokens, "token_strs": None}
+        assert await response.json() == expected
         assert json.loads(stub.requests[-1].body) == body
 
     async def test_completions_body_and_headers_pass_through(

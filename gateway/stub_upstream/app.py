@@ -18,6 +18,7 @@ from .parts import chat_message_clips, responses_item_clips
 from .realtime import echo_session, realtime
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
+from .tokens import TokenFields, token_fields, tokenize
 
 
 def create_stub_app(
@@ -109,22 +110,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     report = state.last_report = _report(body, clips, messages[-1] if messages else None)
     state.audio_requests += bool(clips)
     answer = _ChatAnswer(_summary(clips), body, request.headers.get("X-Stub-Reasoning"))
+    tokens = token_fields(body, messages, clips, answer.pieces())  # None unless asked
     if body.get("stream"):
-        return await _stream_chat(request, body, report, answer)
+        return await _stream_chat(request, body, report, answer, tokens)
     reply: dict[str, Any] = {"role": "assistant", "content": " ".join(answer.words)}
     if answer.reasoning is not None:
         reply["reasoning"] = answer.reasoning
-    return web.json_response(
-        {
-            "id": f"chatcmpl-stub-{state.request_count}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "stub"),
-            "choices": [{"index": 0, "message": reply, "finish_reason": answer.finish_reason}],
-            "usage": answer.usage(),
-            "stub": report,
-        }
-    )
+    result = {
+        "id": f"chatcmpl-stub-{state.request_count}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "stub"),
+        "choices": [{"index": 0, "message": reply, "finish_reason": answer.finish_reason}],
+        "usage": answer.usage(),
+        "stub": report,
+    }
+    return web.json_response(tokens.answer(result) if tokens else result)
 
 
 class _ChatAnswer:
@@ -139,6 +140,10 @@ class _ChatAnswer:
         self.words = words[:limit] if limit is not None else words
         self.finish_reason = "length" if len(self.words) < len(words) else "stop"
         self.reasoning = reasoning
+
+    def pieces(self) -> list[str]:
+        """Every generated piece, in order (reasoning first), one token each."""
+        return _pieces(self.reasoning.split(" ") if self.reasoning else []) + _pieces(self.words)
 
     def usage(self) -> dict[str, int]:
         thought = len(self.reasoning.split(" ")) if self.reasoning else 0
@@ -168,30 +173,38 @@ def _summary(clips: list[ClipReport]) -> str:
 
 
 async def _stream_chat(
-    request: web.Request, body: dict[str, Any], report: dict[str, Any], answer: _ChatAnswer
+    request: web.Request,
+    body: dict[str, Any],
+    report: dict[str, Any],
+    answer: _ChatAnswer,
+    tokens: TokenFields | None,
 ) -> web.StreamResponse:
     """Words as deltas (each but the last with its trailing space); with `X-Stub-Hold: 1` the
     stream holds after its first chunk, with `X-Stub-Hold: 2` after its first content delta."""
     response = await _start_sse(request)
+
+    async def send(chunk: dict[str, Any]) -> None:
+        await _sse(response, tokens.chunk(chunk) if tokens else chunk)
+
     base = {
         "id": "chatcmpl-stub",
         "object": "chat.completion.chunk",
         "model": body.get("model", "stub"),
     }
     first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}], "stub": report}
-    await _sse(response, first)
+    await send(first)
     await _maybe_hold(request, "1")
     for piece in _pieces(answer.reasoning.split(" ") if answer.reasoning else []):
-        await _sse(response, {**base, "choices": [{"index": 0, "delta": {"reasoning": piece}}]})
+        await send({**base, "choices": [{"index": 0, "delta": {"reasoning": piece}}]})
     for index, piece in enumerate(_pieces(answer.words)):
-        await _sse(response, {**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
+        await send({**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
         if index == 0:
             await _maybe_hold(request, "2")
     last = {"index": 0, "delta": {}, "finish_reason": answer.finish_reason}
-    await _sse(response, {**base, "choices": [last]})
+    await send({**base, "choices": [last]})
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
-        await _sse(response, {**base, "choices": [], "usage": answer.usage()})
+        await send({**base, "choices": [], "usage": answer.usage()})
     await response.write(b"data: [DONE]\n\n")
     return await _finish_sse(request, response)
 
@@ -308,12 +321,6 @@ async def vllm_metrics(request: web.Request) -> web.Response:
         f"vllm:request_success_total {state.request_count}\n"
     )
     return web.Response(text=text, content_type="text/plain")
-
-
-async def tokenize(request: web.Request) -> web.Response:
-    body = await _json_body(request)
-    tokens = [len(word) for word in str(body.get("prompt", "")).split()]
-    return web.json_response({"tokens": tokens, "count": len(tokens), "max_model_len": 4096})
 
 
 async def echo(request: web.Request) -> web.Response:

@@ -7,10 +7,13 @@ never a copy of them:
     rows.py      pure: where a row's request is (NeMo Gym, chat, Responses)
     jsonl.py     streaming lines in, atomic files out
     progress.py  the stderr progress bar
+    results.py   plain records: a row's error, a checked row and its clips
     check.py     one row checked as `serve` would check it
     summary.py   what check and convert report (table or JSON)
     inline.py    pure: the inline clips of a request, and the request with them as paths
     blobs.py     clip files named by their sha256, written once and atomically
-    convert.py   `convert --extract-to` and `convert --inline`, row by row
+    prefix.py    pure: a request's sidechannel renamed under another key prefix
+    converters.py  what each row becomes: --extract-to, --inline, --to-key-prefix
+    convert.py   `audio-gateway convert`: the run, the atomic output file
     cli.py       argv -> the commands -> exit status
 """
