@@ -52,7 +52,15 @@ from nemo_gym.server_utils import (
 from omegaconf import OmegaConf
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
 
-from gateway.stub_upstream import StubState
+from gateway.stub_upstream import ClipReport, StubState
+from gateway.stub_upstream.tokens import (
+    AUDIO_BOS,
+    AUDIO_EOS,
+    AUDIO_PAD,
+    audio_token_count,
+    prompt_token_ids,
+    word_token_id,
+)
 
 from .conftest import GatewayFactory, audio_part, gateway_metrics
 
@@ -362,10 +370,15 @@ async def test_tokenize_fallback_loses_the_audio(
     assert tokenize.path == "/tokenize"
     sent = json.loads(tokenize.body)
     assert "metadata" not in sent
-    user = sent["messages"][-1]
-    assert user == {"role": "user", "content": [{"type": "text", "text": "Transcribe the audio."}]}
+    assert sent["messages"][-1] == {"role": "user", "content": "Transcribe the audio."}
     message = training_message(answer)
     assert_no_audio_tokens(message.prompt_token_ids)
+    # what generation saw (and what inline ids would have said): the clip's placeholders
+    report = stub.last_report
+    assert report is not None and len(report["clips"]) == 1, report
+    clips = [ClipReport(**clip) for clip in report["clips"]]
+    seen = prompt_token_ids(json.loads(generation.body)["messages"], clips, generation=True)
+    assert AUDIO_PAD in seen and message.prompt_token_ids != seen
 
 
 # --- evaluation: Gym's responses-native path, through the gateway's Responses bridge --------------
@@ -439,9 +452,22 @@ def training_message(answer: dict[str, Any]) -> NeMoGymResponseOutputMessageForT
 
 
 def assert_token_bundle(answer: dict[str, Any], stub: StubState, clips: int) -> None:
-    """Gym's answer validates as a training message whose token bundle is the stub's."""
-    raise NotImplementedError  # filled in once the stub's token ids land (i15-prefix)
+    """Gym's answer validates as a training message whose token bundle is the stub's: the
+    prompt ids of the messages it got (each clip's placeholder tokens included), the ids of
+    the generated words, one log probability each."""
+    message = training_message(answer)
+    report = stub.last_report
+    assert report is not None and len(report["clips"]) == clips, report
+    received = [ClipReport(**clip) for clip in report["clips"]]
+    prompt = message.prompt_token_ids
+    assert prompt == prompt_token_ids(upstream_chat(stub)["messages"], received, generation=True)
+    assert prompt.count(AUDIO_BOS) == prompt.count(AUDIO_EOS) == clips
+    assert prompt.count(AUDIO_PAD) == sum(audio_token_count(clip) for clip in received) > 0
+    text = message.content[0].text
+    assert message.generation_token_ids == [word_token_id(word) for word in text.split(" ")]
+    assert len(message.generation_log_probs) == len(message.generation_token_ids)
+    assert all(-1 < logprob <= 0 for logprob in message.generation_log_probs)
 
 
-def assert_no_audio_tokens(prompt_token_ids: list[int]) -> None:
-    raise NotImplementedError
+def assert_no_audio_tokens(prompt: list[int]) -> None:
+    assert {AUDIO_BOS, AUDIO_PAD, AUDIO_EOS}.isdisjoint(prompt), prompt
