@@ -40,6 +40,8 @@ from aiohttp.test_utils import TestClient
 from nemo_gym import server_utils
 from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.openai_utils import (
+    NeMoGymChatCompletion,
+    NeMoGymChatCompletionMessageForTraining,
     NeMoGymResponse,
     NeMoGymResponseOutputMessage,
     NeMoGymResponseOutputMessageForTraining,
@@ -302,6 +304,37 @@ async def test_path_row_and_two_clip_row(
         assert_audio_before_text(body, parts, "Compare the two clips.")
         assert "metadata" not in body  # emptied by the gateway, so removed
         assert_token_bundle(answer, stub, clips=2)
+
+
+async def test_gym_chat_endpoint_keeps_token_capture(
+    gym_http: None,
+    training_gateway: TestClient[web.Request, web.Application],
+    stub: StubState,
+    audio_dir: Path,
+) -> None:
+    """Gym's own `/v1/chat/completions` (for agents that speak chat to the model server) takes
+    the same path: its answer is a chat completion whose message carries the token bundle."""
+    paths = json.dumps(["c.wav", "a.wav"])
+    body = {
+        "messages": [{"role": "user", "content": "Compare the two clips."}],
+        "metadata": {PREFIX + "audio_paths": paths},
+    }
+    async with gym_server(base_url(training_gateway), RL_TRAINING) as gym:
+        response = await gym.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    parts = [audio_part(audio_dir / "c.wav"), audio_part(audio_dir / "a.wav")]
+    assert_audio_before_text(upstream_chat(stub), parts, "Compare the two clips.")
+    completion = NeMoGymChatCompletion.model_validate(response.json())
+    message = completion.choices[0].message
+    assert isinstance(message, NeMoGymChatCompletionMessageForTraining), message
+    report = stub.last_report
+    assert report is not None
+    clips = [ClipReport(**clip) for clip in report["clips"]]
+    assert [clip.duration_seconds for clip in clips] == [0.75, 0.25]
+    messages = upstream_chat(stub)["messages"]
+    assert message.prompt_token_ids == prompt_token_ids(messages, clips, generation=True)
+    assert message.prompt_token_ids.count(AUDIO_BOS) == 2
+    assert message.generation_token_ids == [word_token_id(w) for w in message.content.split(" ")]
 
 
 async def test_gym_refuses_a_list_of_paths(
