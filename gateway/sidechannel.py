@@ -97,62 +97,50 @@ class SidechannelKeys:
         metadata = body.get("metadata")
         if not isinstance(metadata, dict):
             return None
-        present = [name for name in self.names if name in metadata]
-        if not present:
-            return None
-        params = self._metadata_params
-        if len(present) > 1:
-            raise _conflict([params[name] for name in present])
-        key = present[0]
-        kind = self.kinds[key]
-        return Sidechannel(
-            key, kind, _clips(kind, metadata[key], params[key], max_clips, max_clip_bytes)
-        )
+        return self._read(metadata, self._metadata_params, max_clips, max_clip_bytes)
 
     def read_fields(
         self, fields: Mapping[str, Any], max_clips: int, max_clip_bytes: int, *, prefix: str
     ) -> Sidechannel | None:
         """The sidechannel keys of `fields` (the fields of a form), validated as `read` does;
         errors name each key as `prefix + key`."""
+        params = {name: prefix + name for name in self.names}
+        return self._read(fields, params, max_clips, max_clip_bytes)
+
+    def _read(
+        self, fields: Mapping[str, Any], params: Mapping[str, str], max_clips: int, max_bytes: int
+    ) -> Sidechannel | None:
+        """The rules, in one place; `params` names each key in messages."""
         present = [name for name in self.names if name in fields]
         if not present:
             return None
         if len(present) > 1:
-            raise _conflict([prefix + name for name in present])
+            names = [params[name] for name in present]
+            raise InvalidRequest(
+                f"{', '.join(names)}: give exactly one audio sidechannel key, not {len(names)}",
+                param=names[0],
+                code="conflicting_audio_keys",
+            )
         key = present[0]
         kind = self.kinds[key]
-        return Sidechannel(
-            key, kind, _clips(kind, fields[key], prefix + key, max_clips, max_clip_bytes)
-        )
+        value = fields[key]
+        param = params[key]
+        if kind == "audio_path":
+            return Sidechannel(key, kind, (_path_clip(value, param, param),))
+        if kind != "audio_paths":  # audio_data, or its legacy name audio_url
+            return Sidechannel(key, kind, (parse_data_uri(value, param, max_bytes),))
+        paths = _path_list(value, param)
+        if len(paths) > max_clips:
+            raise InvalidRequest(
+                f"{param}: {len(paths)} clips exceed the limit of {max_clips} per request",
+                param=param,
+                code="too_many_clips",
+            )
+        clips = tuple(_path_clip(path, param, f"{param}[{i}]") for i, path in enumerate(paths))
+        return Sidechannel(key, kind, clips)
 
 
 DEFAULT_KEYS = SidechannelKeys()
-
-
-def _conflict(params: list[str]) -> InvalidRequest:
-    return InvalidRequest(
-        f"{', '.join(params)}: give exactly one audio sidechannel key, not {len(params)}",
-        param=params[0],
-        code="conflicting_audio_keys",
-    )
-
-
-def _clips(
-    kind: str, value: Any, param: str, max_clips: int, max_clip_bytes: int
-) -> tuple[InlineAudio | PathAudio, ...]:
-    """The clips one sidechannel key names, by its kind; `param` is the key as sent."""
-    if kind in ("audio_data", LEGACY_INLINE_KEY):
-        return (parse_data_uri(value, param, max_clip_bytes),)
-    if kind == "audio_path":
-        return (_path_clip(value, param, param),)
-    paths = _path_list(value, param)
-    if len(paths) > max_clips:
-        raise InvalidRequest(
-            f"{param}: {len(paths)} clips exceed the limit of {max_clips} per request",
-            param=param,
-            code="too_many_clips",
-        )
-    return tuple(_path_clip(path, param, f"{param}[{i}]") for i, path in enumerate(paths))
 
 
 def strip_sidechannel(body: dict[str, Any], key: str) -> None:
