@@ -19,6 +19,8 @@ Run it with `.ci/gym-compat` (builds a venv with NeMo Gym 0.7.0's code and runs 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -89,6 +91,38 @@ EVALUATION = {
 }
 
 
+RECIPE_FLAGS = (
+    "is_responses_native",
+    "return_token_id_information",
+    "request_prompt_and_generation_token_ids",
+    "uses_reasoning_parser",
+)
+
+
+def readme_recipes() -> list[dict[str, Any]]:
+    """The `vllm_model` blocks of the README's NeMo Gym section, in order."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("\n## NeMo Gym\n", 1)[1].split("\n## ", 1)[0]
+    recipes = []
+    for block in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL):
+        config = OmegaConf.to_container(OmegaConf.create(block), resolve=False)
+        assert isinstance(config, dict)
+        recipes.append(config["policy_model"]["responses_api_models"]["vllm_model"])
+    return recipes
+
+
+def test_readme_recipes_are_what_this_suite_runs() -> None:
+    """The README's two recipes use Gym's own config keys, point at the gateway's `/v1` (Gym
+    derives `/tokenize` from it), and set the flags this suite runs with."""
+    evaluation, training = readme_recipes()
+    for readme, ours in ((evaluation, EVALUATION), (training, RL_TRAINING)):
+        assert set(readme) <= set(VLLMModelConfig.model_fields), readme
+        assert readme["base_url"].endswith("/v1"), readme
+        for flag in RECIPE_FLAGS:
+            default = VLLMModelConfig.model_fields[flag].default
+            assert readme.get(flag, default) == ours.get(flag, default), flag
+
+
 # --- Gym's server, in process ------------------------------------------------------------------
 
 
@@ -107,6 +141,8 @@ async def gym_http() -> AsyncIterator[None]:
 async def gym_server(base_url: str, recipe: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
     """Gym's `VLLMModel` built as `run_webserver` builds it (config, server client, FastAPI
     app, exception middleware), behind an httpx client over ASGI."""
+    unknown = set(recipe) - set(VLLMModelConfig.model_fields)
+    assert not unknown, f"not Gym's config keys (Gym would ignore them): {unknown}"
     config = VLLMModelConfig(**recipe, base_url=base_url)
     head = BaseServerConfig(host="127.0.0.1", port=server_utils.DEFAULT_HEAD_SERVER_PORT)
     client = ServerClient(head_server_config=head, global_config_dict=OmegaConf.create({}))
@@ -135,8 +171,6 @@ async def gym_responses(gym: httpx.AsyncClient, row: dict[str, Any]) -> dict[str
 
 def convert(source: Path, out: Path, *options: str) -> list[dict[str, Any]]:
     """`audio-gateway convert SOURCE OUT *options`, the CLI itself; OUT's rows."""
-    import subprocess
-
     command = [sys.executable, "-m", "gateway", "convert", str(source), str(out), *options]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
