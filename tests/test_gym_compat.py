@@ -273,16 +273,15 @@ async def training_gateway(
 
 async def test_shipped_example_rows_prefixed_keep_token_capture(
     gym_http: None,
-    make_gateway: GatewayFactory,
+    training_gateway: TestClient[web.Request, web.Application],
     stub: StubState,
     example_rows: list[dict[str, Any]],
     prefixed_rows: list[dict[str, Any]],
 ) -> None:
-    gateway = await make_gateway(sidechannel={"key_prefix": PREFIX})
     assert [metadata(row) for row in prefixed_rows] == [
         {PREFIX + "audio_data": metadata(row)["audio_data"]} for row in example_rows
     ]
-    async with gym_server(base_url(gateway), RL_TRAINING) as gym:
+    async with gym_server(base_url(training_gateway), RL_TRAINING) as gym:
         for original, row in zip(example_rows, prefixed_rows, strict=True):
             answer = await gym_responses(gym, row)
             body = upstream_chat(stub)
@@ -290,6 +289,7 @@ async def test_shipped_example_rows_prefixed_keep_token_capture(
             assert_audio_before_text(body, [part], user_text(row))
             assert_token_capture_requested(body)
             assert_token_bundle(answer, stub, clips=1)
+    assert len(stub.requests) == len(prefixed_rows)  # one upstream call a row, no /tokenize
 
 
 async def test_extracted_path_rows_keep_token_capture(
