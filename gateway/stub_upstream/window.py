@@ -35,7 +35,7 @@ except (ImportError, OSError):  # pragma: no cover - depends on the machine
     soundfile = None
 
 WindowMode = Literal["truncate", "refuse"]
-ANSWER_KEY = "stub_window_answer"  # the request key the chat handler takes its text from
+ANSWER_KEY = web.RequestKey("stub_window_answer", str)  # the chat handler says this text
 
 
 @dataclass(frozen=True, slots=True)
