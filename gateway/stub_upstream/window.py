@@ -10,7 +10,7 @@ every clip of a chat request and:
   piece of a split clip and that the pieces' samples concatenate to the clip's;
 - waits `delay_seconds + delay_per_audio_second x seconds of audio` before answering (a model's
   time grows with its input), and `rule(...)` can delay or fail chosen clips;
-- counts requests in flight (and the most at once) and the ones cancelled while waiting.
+- counts requests in flight (and the most at once) and the ones cancelled before answering.
 """
 
 from __future__ import annotations
@@ -128,29 +128,34 @@ async def windowed(
     window.in_flight += 1
     window.max_in_flight = max(window.max_in_flight, window.in_flight)
     try:
-        clips, action = await window.hear(body if isinstance(body, dict) else {})
-        await _wait(window, window.delay_for(clips, action))
-        if action.fail_status is not None:
-            message = f"stub failure for the clip {clips[0].word() if clips else '(none)'}"
-            return web.json_response(
-                {"error": {"message": message, "type": "InternalServerError", "param": None,
-                           "code": action.fail_status}},
-                status=action.fail_status,
-            )  # fmt: skip
-        if clips:
-            request[ANSWER_KEY] = " ".join(clip.word() for clip in clips)
-        window.heard.append(clips)
-        return await handler(request)
+        return await _answer(request, handler, window, body if isinstance(body, dict) else {})
+    except asyncio.CancelledError:  # the client (the gateway) went away
+        window.cancelled += 1
+        raise
     finally:
         window.in_flight -= 1
 
 
-async def _wait(window: ModelWindow, seconds: float) -> None:
-    try:
-        await asyncio.sleep(seconds)
-    except asyncio.CancelledError:
-        window.cancelled += 1
-        raise
+async def _answer(
+    request: web.Request,
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    window: ModelWindow,
+    body: dict[str, Any],
+) -> web.StreamResponse:
+    clips, action = await window.hear(body)
+    await asyncio.sleep(window.delay_for(clips, action))
+    if action.fail_status is not None:
+        return _failure(action.fail_status, clips)
+    if clips:
+        request[ANSWER_KEY] = " ".join(clip.word() for clip in clips)
+    window.heard.append(clips)
+    return await handler(request)
+
+
+def _failure(status: int, clips: list[HeardClip]) -> web.Response:
+    message = f"stub failure for the clip {clips[0].word() if clips else '(none)'}"
+    error = {"message": message, "type": "InternalServerError", "param": None, "code": status}
+    return web.json_response({"error": error}, status=status)
 
 
 def _audio_bytes(body: dict[str, Any]) -> list[bytes]:
