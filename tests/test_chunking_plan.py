@@ -17,6 +17,7 @@ from gateway.chunking.cutter import cut_clip
 from gateway.chunking.plan import (
     CutRules,
     Energies,
+    piece_count_range,
     plan_cuts,
     window_energies,
     window_frames,
@@ -175,3 +176,23 @@ def test_streaming_cuts_where_the_whole_clip_plan_cuts(
         assert cut.pieces == ()
     else:
         assert tuple((piece.start, piece.end) for piece in cut.pieces) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(plans())
+def test_the_piece_count_from_a_length_bounds_the_cut(
+    plan: tuple[int, int, ChunkingConfig, Energies],
+) -> None:
+    frames, rate, config, energies = plan
+    fewest, most = piece_count_range(frames / rate, config, rate)
+    actual = len(plan_cuts(frames, rate, config, energies))
+    assert fewest <= actual <= most
+    if config.split == "fixed":
+        assert fewest == actual == most
+
+
+def test_piece_counts_of_round_lengths() -> None:
+    assert piece_count_range(30.0, chunking()) == (1, 1)
+    assert piece_count_range(75.0, chunking(split="fixed")) == (3, 3)
+    assert piece_count_range(75.0, chunking()) == (3, 3)  # 25 s pieces at the shortest: 3
+    assert piece_count_range(3600.0, chunking()) == (120, 144)
