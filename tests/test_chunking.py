@@ -429,3 +429,26 @@ def test_a_60_minute_clip_is_cut_in_bounded_memory(tmp_path: Path) -> None:
     assert figures["audio_seconds"] == 3600
     assert 120 <= figures["pieces"] <= 3600 // 25  # pieces of 25-30 s (quiet cuts)
     assert figures["working_rss_mib"] <= 64, figures
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.binary(min_size=0, max_size=600),
+    piece_quanta=st.integers(1, 40),
+    lead=st.text(alphabet="data:;,/x", max_size=12),
+    reads=st.lists(st.tuples(st.integers(0, 700), st.integers(0, 300)), max_size=12),
+)
+def test_the_base64_file_reads_like_the_bytes_it_encodes(
+    data: bytes, piece_quanta: int, lead: str, reads: list[tuple[int, int]]
+) -> None:
+    step = piece_quanta * 3
+    pieces: list[bytes | str] = [
+        base64.b64encode(data[at : at + step]) for at in range(0, len(data), step)
+    ] or [b""]
+    pieces[0] = lead + pieces[0].decode()  # type: ignore[union-attr]
+    file, reference = Base64File(pieces, skip=len(lead)), io.BytesIO(data)
+    assert file.seek(0, io.SEEK_END) == len(data)
+    for offset, count in reads:
+        assert file.seek(offset) == reference.seek(offset)
+        assert file.read(count) == reference.read(count)
+        assert file.tell() == reference.tell()
