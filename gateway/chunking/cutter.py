@@ -98,7 +98,7 @@ def cut_clip(
                 limits.check(cutter.known + len(samples))
                 cutter.feed(samples, clip=lossy)
             return cutter.finish()
-    except (soundfile.SoundFileError, RuntimeError) as exc:  # LibsndfileError is a RuntimeError
+    except soundfile.SoundFileError as exc:  # libsndfile's open and decode errors
         raise Undecodable(str(exc)) from None
 
 

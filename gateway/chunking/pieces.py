@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..cache import AudioStore
 from ..config import AudioConfig, ChunkingConfig
-from ..durations import AudioHeader, read_base64_header
+from ..durations import HEADER_BASE64_CHARS, AudioHeader, read_base64_header
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..sidechannel import InlineAudio, base64_decoded_size
 from .cutter import PIECE_MIME, CutClip, DecodedTooLong, Undecodable, cut_clip
@@ -162,15 +162,17 @@ def _pieces(cut: CutClip) -> ClipPieces | None:
 
 
 def _header(clip: LoadedClip) -> AudioHeader | None:
-    if isinstance(clip, InlineAudio):
-        return read_base64_header(clip.payload, base64_decoded_size(clip.uri, clip.payload_start))
+    if isinstance(clip, InlineAudio):  # the header's base64 only, not a copy of the payload
+        start = clip.payload_start
+        head = clip.uri[start : start + HEADER_BASE64_CHARS]
+        return read_base64_header(head, base64_decoded_size(clip.uri, start))
     return clip.audio.header
 
 
 async def _content_key(clip: LoadedClip) -> Hashable:
-    if isinstance(clip, InlineAudio):
-        payload = clip.payload.encode("ascii")
-        return ("sha256", await asyncio.to_thread(lambda: hashlib.sha256(payload).hexdigest()))
+    if isinstance(clip, InlineAudio):  # the data URI's sha256, off the loop (it may be MBs)
+        uri = clip.uri
+        return ("sha256", await asyncio.to_thread(lambda: hashlib.sha256(uri.encode()).hexdigest()))
     return clip.source.cache_key
 
 

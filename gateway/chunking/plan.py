@@ -129,3 +129,25 @@ def window_energies(samples: npt.NDArray[np.generic], window: int) -> Energies:
     if whole * window < len(samples):
         energies = np.append(energies, squares[whole * window :].mean())
     return np.asarray(energies, dtype=np.float64)
+
+
+COUNT_RATE = 48_000  # frames per second for counting from a length in seconds (48/16/8 kHz exact)
+
+
+def piece_count_range(
+    seconds: float, config: ChunkingConfig, sample_rate: int = COUNT_RATE
+) -> tuple[int, int]:
+    """How many pieces a clip of `seconds` would be cut into, from its length alone (the
+    dataset check reads headers, not samples): exact for fixed cuts; for quiet cuts the fewest
+    (as fixed) and the most (every piece but the last at least max - search long). Counted at
+    `sample_rate` (the lengths in frames round there)."""
+    frames = round(seconds * sample_rate)
+    rules = CutRules.of(config, sample_rate)
+    if not rules.splits(frames):
+        return 1, 1
+    fixed = config.model_copy(update={"split": "fixed"})
+    fewest = len(plan_cuts(frames, sample_rate, fixed, None))
+    if not rules.quiet:
+        return fewest, fewest
+    shortest = max(1, rules.max_frames - rules.search_frames)
+    return fewest, 1 + -(-(frames - rules.max_frames) // shortest)

@@ -30,16 +30,18 @@ if TYPE_CHECKING:  # the pipeline uses this package
 
 class Base64File(io.RawIOBase):
     """A read-only, seekable binary file over base64 text in pieces (each piece but the last
-    a whole number of padding-free quanta, as the encoder and the S3 reader cut them)."""
+    a whole number of padding-free quanta, as the encoder and the S3 reader cut them); the
+    first piece's base64 starts at `skip` (a data URI's payload: no copy of it is made)."""
 
-    def __init__(self, pieces: Sequence[bytes | str]) -> None:
+    def __init__(self, pieces: Sequence[bytes | str], skip: int = 0) -> None:
         super().__init__()
         self._pieces = pieces
+        self._skips = [skip] + [0] * (len(pieces) - 1)
         self._starts: list[int] = []  # decoded offset of each piece
         size = 0
-        for piece in pieces:
+        for piece, skipped in zip(pieces, self._skips, strict=True):
             self._starts.append(size)
-            size += len(piece) // 4 * 3 - _padding(piece)
+            size += (len(piece) - skipped) // 4 * 3 - _padding(piece)
         self._size = size
         self._position = 0
 
@@ -69,12 +71,12 @@ class Base64File(io.RawIOBase):
 
     def _read_within_piece(self, wanted: int) -> bytes:
         index = bisect.bisect_right(self._starts, self._position) - 1
-        piece = self._pieces[index]
+        piece, skip = self._pieces[index], self._skips[index]
         local = self._position - self._starts[index]
         first_quantum = local // 3
-        end = min(local + wanted, len(piece) // 4 * 3)
+        end = min(local + wanted, (len(piece) - skip) // 4 * 3)
         last_quantum = -(-end // 3)
-        decoded = pybase64.b64decode(piece[first_quantum * 4 : last_quantum * 4])
+        decoded = pybase64.b64decode(piece[skip + first_quantum * 4 : skip + last_quantum * 4])
         skip = local - first_quantum * 3
         return decoded[skip : skip + wanted]
 
@@ -103,7 +105,7 @@ class ClipFile:
 async def open_clip_file(clip: LoadedClip) -> ClipFile:
     """The clip's bytes as a file libsndfile can read (see the module docstring)."""
     if isinstance(clip, InlineAudio):
-        return ClipFile(Base64File((clip.payload,)))
+        return ClipFile(Base64File((clip.uri,), skip=clip.payload_start))
     audio = clip.audio
     if isinstance(audio, EncodedAudio) and audio.pieces:
         return ClipFile(Base64File(audio.pieces))
