@@ -189,6 +189,15 @@ async def test_a_failing_piece_fails_the_request_and_cancels_the_others(
     await poll(lambda: window.cancelled == 3 and window.in_flight == 0)
 
 
+async def test_a_piece_that_times_out_is_the_relays_504_naming_it(
+    make_gateway: Any, long_pcm: numpy.ndarray, window: ModelWindow
+) -> None:
+    window.rule = lambda clips, arrival: Action(delay_seconds=30 if clips[0].frames < 48000 else 0)
+    gateway = await make_gateway(chunking=CHUNKING, upstream={"read_timeout_seconds": 0.5})
+    error = await gateway_error(await post_chat(gateway), 504, None)
+    assert error["code"] == "upstream_timeout" and error["message"].startswith(TAIL)
+
+
 async def test_a_model_that_refuses_long_audio_fails_each_piece_with_its_400(
     make_gateway: Any, long_pcm: numpy.ndarray, window: ModelWindow
 ) -> None:
