@@ -95,6 +95,8 @@ async def split_once(path: Path) -> dict[str, Any]:
     peak = status_bytes(os.getpid(), "VmHWM")
     if isinstance(audio, StreamedAudio):
         await audio.aclose()
+    chunker.close()
+    pipeline.resolver.close()
     assert pieces is not None
     piece_bytes = sum(len(piece.data) for piece in pieces.pieces)
     return {

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..cache import AudioStore
@@ -28,6 +31,9 @@ if TYPE_CHECKING:  # the pipeline uses this package
     from ..pipeline import LoadedClip
 
 ENTRY_OVERHEAD_BYTES = 256
+# Cuts are CPU-bound and may take seconds: their own threads, so a burst of long clips never
+# occupies the loop's default executor (which aiofiles reads every clip through).
+CUT_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,8 @@ class _Outline:
 
 
 class Chunker:
-    """Splits long clips; the caller decides whether chunking is on (`config.enabled`)."""
+    """Splits long clips; the caller decides whether chunking is on (`config.enabled`).
+    `close()` it at shutdown (its cutting threads)."""
 
     def __init__(self, config: ChunkingConfig, store: AudioStore, audio: AudioConfig) -> None:
         self.config = config
@@ -84,6 +91,10 @@ class Chunker:
             config.quiet_search_seconds,
         )
         self._inflight: dict[Hashable, asyncio.Task[ClipPieces | None]] = {}
+        self._threads = ThreadPoolExecutor(CUT_THREADS, thread_name_prefix="chunking")
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def split(self, clip: LoadedClip) -> ClipPieces | None:
         """The clip's pieces, or None when it is not longer than `threshold_seconds`.
@@ -126,12 +137,15 @@ class Chunker:
     async def _cut_and_keep(self, key: Hashable, clip: LoadedClip) -> ClipPieces | None:
         clip_file = await open_clip_file(clip)
         try:
-            cut = await asyncio.to_thread(
-                cut_clip,
-                clip_file.file,
-                self.config,
-                max_seconds=self._max_seconds,
-                max_decode_bytes=self._max_decode_bytes,
+            cut = await asyncio.get_running_loop().run_in_executor(
+                self._threads,
+                partial(
+                    cut_clip,
+                    clip_file.file,
+                    self.config,
+                    max_seconds=self._max_seconds,
+                    max_decode_bytes=self._max_decode_bytes,
+                ),
             )
         finally:
             await asyncio.to_thread(clip_file.close)
