@@ -114,7 +114,7 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     app[pipeline_key] = pipeline
     app[speech_key] = SpeechUploads(pipeline, config.audio, config.server.max_body_bytes)
     yield
-    pipeline.resolver.close()
+    pipeline.close()
 
 
 async def websocket_relay(app: web.Application) -> AsyncIterator[None]:

@@ -140,6 +140,12 @@ class RewritePipeline:
         self.chunker = chunker  # None unless [chunking] is enabled
         self._legacy_key_logged = False
 
+    def close(self) -> None:
+        """Stop the worker threads (path checks, cuts); at shutdown."""
+        self.resolver.close()
+        if self.chunker is not None:
+            self.chunker.close()
+
     @overload
     async def rewrite(
         self,
