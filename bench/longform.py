@@ -104,7 +104,9 @@ def _python(argv: list[str]) -> list[str]:
 
 
 async def chat(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> str:
-    async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+    data = io.BytesIO(json.dumps(body).encode())  # a large body: aiohttp wants a file-like
+    headers = {"Content-Type": "application/json"}
+    async with session.post(f"{url}/v1/chat/completions", data=data, headers=headers) as response:
         answer = await response.json()
         if response.status != 200:
             raise RuntimeError(f"{response.status}: {answer}")

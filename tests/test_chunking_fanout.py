@@ -6,6 +6,7 @@ checked against the clip's own samples."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -203,7 +204,10 @@ async def test_inline_audio_is_split(
 
 @pytest.mark.parametrize(
     "splice, part",
-    [({"chat_part": "input_audio"}, "input_audio"), ({"mode": "file_url"}, "audio_url")],
+    [
+        ({"chat_part": "input_audio", "part_uuid": True}, "input_audio"),
+        ({"mode": "file_url", "part_uuid": True}, "audio_url"),
+    ],
 )
 async def test_pieces_travel_as_data_in_every_wire_form(
     make_gateway: Any, stub: Any, long_pcm: numpy.ndarray, splice: dict[str, Any], part: str
@@ -213,10 +217,15 @@ async def test_pieces_travel_as_data_in_every_wire_form(
     assert_pieces_are_the_clip(
         heard((await response.json())["choices"][0]["message"]["content"]), long_pcm
     )
+    assert len(stub.requests) == 4
     for received in stub.requests:
-        (audio,) = json.loads(received.body)["messages"][-1]["content"][:1]
-        assert audio["type"] == part
+        audio, text = json.loads(received.body)["messages"][-1]["content"]
+        assert audio["type"] == part and text == {"type": "text", "text": "Transcribe the audio."}
         if part == "input_audio":
             assert audio["input_audio"]["format"] == "wav"
+            data = audio["input_audio"]["data"]
         else:
-            assert audio["audio_url"]["url"].startswith("data:audio/wav;base64,")
+            lead = "data:audio/wav;base64,"
+            assert audio["audio_url"]["url"].startswith(lead)
+            data = audio["audio_url"]["url"][len(lead) :]
+        assert audio["uuid"] == hashlib.sha256(base64.b64decode(data)).hexdigest()
