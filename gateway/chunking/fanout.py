@@ -214,12 +214,24 @@ async def _failed(upstream: UpstreamResponse, label: str) -> PieceFailed:
         answer = msgspec.json.decode(bytes(received))
     except msgspec.DecodeError:
         answer = None
-    error = answer.get("error") if isinstance(answer, dict) else None
-    if not isinstance(error, dict):
+    error = _error_object(answer)
+    if error is None:
         text = bytes(received[:200]).decode("utf-8", "replace")
         error = {"message": f"the upstream answered {upstream.status}: {text}", "type": None}
         error |= {"param": None, "code": None}
     return PieceFailed(upstream.status, {**error, "message": _named_message(label, error)})
+
+
+def _error_object(answer: Any) -> dict[str, Any] | None:
+    """The OpenAI error object of an error answer: `{"error": {...}}`, or the flat
+    `{"object": "error", "message": ...}` of older vLLM servers."""
+    if not isinstance(answer, dict):
+        return None
+    if isinstance(answer.get("error"), dict):
+        return dict(answer["error"])
+    if isinstance(answer.get("message"), str):
+        return {k: v for k, v in answer.items() if k in ("message", "type", "param", "code")}
+    return None
 
 
 def _named_message(label: str, error: dict[str, Any]) -> str:
