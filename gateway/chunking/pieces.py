@@ -105,7 +105,8 @@ class Chunker:
         header = _header(clip)
         if header is not None and header.seconds <= self.config.threshold_seconds:
             return None  # the header says so: no decoding, no thread
-        key = (self._settings, await _content_key(clip))
+        # ("chunks", settings..., content): never the shape of the store's own (content, raw)
+        key = (*self._settings, await _content_key(clip))
         found = self._cached(key)
         if found is not None:
             return found or None
@@ -122,19 +123,19 @@ class Chunker:
         except DecodedTooLong as exc:
             raise _too_long(clip, exc) from None
 
-    def _cached(self, key: Hashable) -> ClipPieces | tuple[()] | None:
+    def _cached(self, key: tuple[Hashable, ...]) -> ClipPieces | tuple[()] | None:
         """The cached pieces; `()` for a clip known not to split; None when not (all) cached."""
         outline = self._store.cached(key)
         if not isinstance(outline, _Outline):
             return None
         if outline.count == 0:
             return ()
-        pieces = [self._store.cached((key, index)) for index in range(outline.count)]
+        pieces = [self._store.cached((*key, index)) for index in range(outline.count)]
         if not all(isinstance(piece, AudioPiece) for piece in pieces):
             return None
         return ClipPieces(tuple(pieces), outline.duration_seconds)  # type: ignore[arg-type]
 
-    async def _cut_and_keep(self, key: Hashable, clip: LoadedClip) -> ClipPieces | None:
+    async def _cut_and_keep(self, key: tuple[Hashable, ...], clip: LoadedClip) -> ClipPieces | None:
         clip_file = await open_clip_file(clip)
         try:
             cut = await asyncio.get_running_loop().run_in_executor(
@@ -154,7 +155,7 @@ class Chunker:
             self._store.keep(key, _Outline(0, cut.frames / cut.sample_rate))
             return None
         for piece in result.pieces:
-            self._store.keep((key, piece.index), piece)
+            self._store.keep((*key, piece.index), piece)
         self._store.keep(key, _Outline(len(result.pieces), result.duration_seconds))
         return result
 
