@@ -13,6 +13,7 @@ import aiohttp
 import numpy
 import pytest
 from aiohttp.test_utils import TestServer
+from blockbuster import blockbuster_ctx
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream.window import Action, HeardClip, ModelWindow, window_key
@@ -258,3 +259,16 @@ async def test_client_disconnect_cancels_every_piece(
     with pytest.raises(asyncio.CancelledError):
         await request
     await poll(lambda: window.cancelled == 4 and window.in_flight == 0)
+
+
+async def test_no_chunked_answer_blocks_the_event_loop(
+    chunking: Any, long_pcm: numpy.ndarray
+) -> None:
+    """Cut, bodies, fan-out and merge, streamed or not, chat or bridged: nothing blocks."""
+    bridged = {"model": "m", "input": "Transcribe.", "metadata": {"audio_path": "long.wav"}}
+    with blockbuster_ctx():
+        for stream in (False, True):
+            response = await post_chat(chunking, stream=stream)
+            assert response.status == 200, await response.text()
+            response = await chunking.post("/v1/responses", json={**bridged, "stream": stream})
+            assert response.status == 200, await response.text()
