@@ -22,6 +22,7 @@ from .chunking_helpers import (
     CHUNKING,
     assert_pieces_are_the_clip,
     heard,
+    pcm_digest,
     post_chat,
     windowed_stub,
     write_long_clips,
@@ -232,8 +233,6 @@ async def test_streamed_failure_after_content_cuts_the_stream(
         first = clips[0].pcm_sha256 == heard_first[0]
         return Action(delay_seconds=0.0 if first else 30)
 
-    from .chunking_helpers import pcm_digest
-
     heard_first = [pcm_digest(long_pcm[:48000])]
     window.rule = rule
     response = await post_chat(chunking, stream=True)
@@ -243,6 +242,52 @@ async def test_streamed_failure_after_content_cuts_the_stream(
     with pytest.raises(aiohttp.ClientPayloadError):
         await asyncio.wait_for(response.read(), BOUND_SECONDS)
     await poll(lambda: window.cancelled == 2)
+
+
+@pytest.mark.parametrize("route", ["chat", "bridge"])
+async def test_an_in_stream_error_after_content_is_relayed_named_then_the_stream_ends(
+    chunking: Any, long_pcm: numpy.ndarray, window: ModelWindow, route: str
+) -> None:
+    first = pcm_digest(long_pcm[:48000])
+
+    def rule(clips: list[HeardClip], arrival: int) -> Action:
+        if clips[0].frames < 48000:
+            return Action(delay_seconds=0.3, stream_error=True)  # after piece 1 was relayed
+        return Action(delay_seconds=0.0 if clips[0].pcm_sha256 == first else 30)
+
+    window.rule = rule
+    if route == "chat":
+        response = await post_chat(chunking, stream=True)
+    else:
+        body = {"model": "m", "input": "t", "metadata": {"audio_path": "long.wav"}}
+        response = await chunking.post("/v1/responses", json={**body, "stream": True})
+    assert response.status == 200
+    data = sse_data(await asyncio.wait_for(response.text(), BOUND_SECONDS))
+    if route == "chat":
+        assert data[-1] == "[DONE]"
+        error = json.loads(data[-2])["error"]
+        assert error["message"] == f"{TAIL}: stub engine failure" and error["code"] == 500
+        assert heard(json.loads(data[1])["choices"][0]["delta"]["content"])  # piece 1 came
+    else:
+        events = [json.loads(item) for item in data]
+        assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
+        assert events[-1]["response"]["error"]["message"] == f"{TAIL}: stub engine failure"
+    await poll(lambda: window.cancelled == 2)
+
+
+async def test_an_in_stream_error_before_content_is_an_error_answer(
+    chunking: Any, long_pcm: numpy.ndarray, window: ModelWindow
+) -> None:
+    def rule(clips: list[HeardClip], arrival: int) -> Action:
+        if clips[0].frames < 48000:
+            return Action(stream_error=True)
+        return Action(delay_seconds=30)
+
+    window.rule = rule
+    response = await post_chat(chunking, stream=True)
+    assert response.status == 500
+    error = (await response.json())["error"]
+    assert error["message"] == f"{TAIL}: stub engine failure"
 
 
 # --- the client goes away -------------------------------------------------------------------

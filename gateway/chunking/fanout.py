@@ -56,7 +56,7 @@ class PieceErrorChunk(Exception):
     def response(self) -> web.Response:
         code = self.chunk["error"].get("code")
         status = code if isinstance(code, int) and 400 <= code < 600 else 500
-        return web.json_response(self.chunk, status=status)
+        return web.json_response({"error": self.chunk["error"]}, status=status)
 
 
 class PieceRuns:

@@ -71,10 +71,13 @@ def parse_word(word: str) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """What `ModelWindow.rule` decides for one request: extra delay, or a failure status."""
+    """What `ModelWindow.rule` decides for one request: extra delay, a failure status, or (a
+    streamed request) vLLM's in-stream error chunk after the role chunk, as when the engine
+    fails mid-generation."""
 
     delay_seconds: float = 0.0
     fail_status: int | None = None
+    stream_error: bool = False
 
 
 @dataclass
@@ -146,10 +149,26 @@ async def _answer(
     await asyncio.sleep(window.delay_for(clips, action))
     if action.fail_status is not None:
         return _failure(action.fail_status, clips)
+    if action.stream_error and body.get("stream"):
+        return await _stream_error(request)
     if clips:
         request[ANSWER_KEY] = " ".join(clip.word() for clip in clips)
     window.heard.append(clips)
     return await handler(request)
+
+
+async def _stream_error(request: web.Request) -> web.StreamResponse:
+    """vLLM's stream when generation fails after its 200: an error chunk, then [DONE]."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    choice = {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
+    role = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "choices": [choice]}
+    error = {"message": "stub engine failure", "type": "InternalServerError", "code": 500}
+    for data in (role, {"error": {**error, "param": None}}):
+        await response.write(b"data: %b\n\n" % msgspec.json.encode(data))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
 
 
 def _failure(status: int, clips: list[HeardClip]) -> web.Response:
