@@ -5,11 +5,12 @@ every clip of a chat request and:
 
 - keeps only the first `seconds` of a longer clip (`mode="truncate"`, as Qwen2-Audio does
   silently) or refuses the request with a vLLM-like 400 (`mode="refuse"`, as MiniCPM-o does);
-- answers with what the model kept, one word per clip (see `clip_word`): frames, sample rate,
+- answers with what the model kept, one word per clip (`HeardClip.word`): frames, sample rate,
   channels, seconds and the sha256 of the decoded PCM (`pcm_sha256`), so a test can check each
   piece of a split clip and that the pieces' samples concatenate to the clip's;
 - waits `delay_seconds + delay_per_audio_second x seconds of audio` before answering (a model's
-  time grows with its input), and `rule(...)` can delay or fail chosen clips;
+  time grows with its input), and `rule(clips, arrival)` can delay chosen requests, fail
+  them with a status, or end their stream with vLLM's in-stream error chunk;
 - counts requests in flight (and the most at once) and the ones cancelled before answering.
 """
 
@@ -82,6 +83,8 @@ class Action:
 
 @dataclass
 class ModelWindow:
+    """The window's settings (tests may change them between requests) and what it saw."""
+
     seconds: float | None = None  # None: no window (only delays and counting)
     mode: WindowMode = "truncate"
     delay_seconds: float = 0.0
