@@ -483,3 +483,15 @@ async def test_a_file_changed_before_its_cut_is_409(tmp_path: Path) -> None:
     with pytest.raises(GatewayError) as raised:
         await chunker.split(clip)
     assert (raised.value.status, raised.value.code) == (409, "audio_file_changed")
+
+
+async def test_pieces_over_the_item_limit_are_not_kept(tmp_path: Path) -> None:
+    (tmp_path / "clip.wav").write_bytes(encode(speech_like(3.5, 16000), 16000, "WAV", "PCM_16"))
+    chunker, pipeline = await chunker_of(config(tmp_path, cache={"max_item_bytes": 20_000}))
+    clip = await path_clip(pipeline, "clip.wav")  # 32 kB pieces: over the limit
+    assert isinstance(clip.audio, StreamedAudio)  # so is the clip
+    await clip.audio.aclose()
+    first = await chunker.split(clip)
+    assert first is not None and pipeline.store.entries == 0  # neither pieces nor outline
+    second = await chunker.split(clip)
+    assert second == first and second is not first  # cut again, alike
