@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Hashable
-from typing import Protocol, cast
+from typing import Protocol
 
 from cachetools import LRUCache
 
@@ -81,7 +81,7 @@ class AudioStore:
         entry = self._lru.get(key)
         if entry is not None:
             self._metrics.cache_hits.inc()
-            return cast(EncodedAudio, entry)
+            return entry  # type: ignore[return-value]  # (content, raw) keys hold EncodedAudio
         load = self._inflight.get(key)
         if load is not None:
             self._metrics.cache_hits.inc()
@@ -102,12 +102,15 @@ class AudioStore:
         """A derived entry kept with `keep` (its key must not be a `CacheKey`), or None."""
         return self._lru.get(key) if self.enabled else None
 
-    def keep(self, key: Hashable, entry: Weighed) -> None:
-        """Keep a derived entry in the shared byte budget; one over `max_item_bytes` (or the
-        whole budget) is not kept."""
-        if self.enabled and entry.nbytes <= self.max_item_bytes:
-            with contextlib.suppress(ValueError):  # larger than the whole budget
-                self._lru[key] = entry
+    def keep(self, key: Hashable, entry: Weighed) -> bool:
+        """Keep a derived entry in the shared byte budget; whether it was kept (not when over
+        `max_item_bytes` or the whole budget, or with caching off)."""
+        if not self.enabled or entry.nbytes > self.max_item_bytes:
+            return False
+        with contextlib.suppress(ValueError):  # larger than the whole budget
+            self._lru[key] = entry
+            return True
+        return False
 
     async def _load(self, clip: AudioSource, raw: bool) -> EncodedAudio:
         if raw:

@@ -28,7 +28,7 @@ from gateway.chunking import Chunker, ClipPieces
 from gateway.chunking.cutter import cut_clip
 from gateway.chunking.reading import Base64File
 from gateway.config import Config
-from gateway.encoder import StreamedAudio
+from gateway.encoder import EncodedAudio, StreamedAudio
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline import PathClip, RewritePipeline, build_pipeline
@@ -198,17 +198,24 @@ async def test_inline_audio_is_cut_from_its_base64(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "cache",
-    [{}, {"max_bytes": 0}, {"max_item_bytes": 1024}],
-    ids=["cached-base64", "uncached-file", "streamed-file"],
+    ("sections", "reads"),
+    [
+        ({}, "base64"),
+        ({"cache": {"max_bytes": 0}}, "base64"),
+        ({"cache": {"max_item_bytes": 1024}}, "descriptor"),  # streamed: not in memory
+        ({"splice": {"mode": "file_url"}}, "descriptor"),  # only sniffed: no bytes held
+    ],
+    ids=["cached", "uncached", "streamed", "file-url"],
 )
 async def test_a_file_is_cut_however_the_store_holds_it(
-    tmp_path: Path, cache: dict[str, Any]
+    tmp_path: Path, sections: dict[str, Any], reads: str
 ) -> None:
     source = encode(speech_like(2.5, 16000), 16000, "WAV", "PCM_16")
     (tmp_path / "clip.wav").write_bytes(source)
-    chunker, pipeline = await chunker_of(config(tmp_path, cache=cache))
+    chunker, pipeline = await chunker_of(config(tmp_path, **sections))
     clip = await path_clip(pipeline, "clip.wav")
+    holds_base64 = isinstance(clip.audio, EncodedAudio) and bool(clip.audio.pieces)
+    assert holds_base64 == (reads == "base64")
     try:
         with blockbuster_ctx():  # every read and decode off the loop
             pieces = await chunker.split(clip)
@@ -464,3 +471,27 @@ def test_the_base64_file_reads_like_the_bytes_it_encodes(
         assert file.seek(offset) == reference.seek(offset)
         assert file.read(count) == reference.read(count)
         assert file.tell() == reference.tell()
+
+
+async def test_a_file_changed_before_its_cut_is_409(tmp_path: Path) -> None:
+    """Read through its descriptor, a file is checked to be the one the request saw."""
+    path = tmp_path / "clip.wav"
+    path.write_bytes(encode(speech_like(2.5, 16000), 16000, "WAV", "PCM_16"))
+    chunker, pipeline = await chunker_of(config(tmp_path, splice={"mode": "file_url"}))
+    clip = await path_clip(pipeline, "clip.wav")
+    path.write_bytes(encode(speech_like(3.5, 16000), 16000, "WAV", "PCM_16"))
+    with pytest.raises(GatewayError) as raised:
+        await chunker.split(clip)
+    assert (raised.value.status, raised.value.code) == (409, "audio_file_changed")
+
+
+async def test_pieces_over_the_item_limit_are_not_kept(tmp_path: Path) -> None:
+    (tmp_path / "clip.wav").write_bytes(encode(speech_like(3.5, 16000), 16000, "WAV", "PCM_16"))
+    chunker, pipeline = await chunker_of(config(tmp_path, cache={"max_item_bytes": 20_000}))
+    clip = await path_clip(pipeline, "clip.wav")  # 32 kB pieces: over the limit
+    assert isinstance(clip.audio, StreamedAudio)  # so is the clip
+    await clip.audio.aclose()
+    first = await chunker.split(clip)
+    assert first is not None and pipeline.store.entries == 0  # neither pieces nor outline
+    second = await chunker.split(clip)
+    assert second == first and second is not first  # cut again, alike

@@ -149,7 +149,8 @@ class _StreamingCutter:
             np.clip(samples, -1.0, 1.0, out=samples)
         self._held.append(samples)
         self.known += len(samples)
-        self._add_energies(samples)
+        if self.rules.quiet:  # fixed cuts need no energies
+            self._add_energies(samples)
         rules = self.rules
         while rules.splits(self.known) and self.known >= rules.lookahead(self._start):
             self._cut(next_cut(rules, self._start, self.known, False, self._energy_view()))

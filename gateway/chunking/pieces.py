@@ -154,9 +154,9 @@ class Chunker:
         if result is None:
             self._store.keep(key, _Outline(0, cut.frames / cut.sample_rate))
             return None
-        for piece in result.pieces:
-            self._store.keep((*key, piece.index), piece)
-        self._store.keep(key, _Outline(len(result.pieces), result.duration_seconds))
+        kept = [self._store.keep((*key, piece.index), piece) for piece in result.pieces]
+        if all(kept):  # else an outline would only send every later seed to a new cut
+            self._store.keep(key, _Outline(len(result.pieces), result.duration_seconds))
         return result
 
     def _forget(self, key: Hashable, task: asyncio.Task[ClipPieces | None]) -> None:
