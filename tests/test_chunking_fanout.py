@@ -15,6 +15,8 @@ from typing import Any
 import numpy
 import pytest
 from aiohttp.test_utils import TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.stub_upstream.window import Action, ModelWindow, window_key
 
@@ -229,3 +231,44 @@ async def test_pieces_travel_as_data_in_every_wire_form(
             assert audio["audio_url"]["url"].startswith(lead)
             data = audio["audio_url"]["url"][len(lead) :]
         assert audio["uuid"] == hashlib.sha256(base64.b64decode(data)).hexdigest()
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    delays=st.lists(st.sampled_from([0.0, 0.02, 0.06]), min_size=4, max_size=4),
+    limit=st.integers(1, 4),
+    stream=st.booleans(),
+)
+async def test_any_completion_order_gives_the_clip_in_order(
+    make_gateway: Any,
+    long_pcm: numpy.ndarray,
+    window: ModelWindow,
+    delays: list[float],
+    limit: int,
+    stream: bool,
+) -> None:
+    """Whatever order the pieces finish in, and however many run at once, the answer is the
+    clip's pieces in order, and no more than `limit` were ever in flight."""
+    digests = [pcm_digest(long_pcm[start : start + 48000]) for start in range(0, 166400, 48000)]
+    window.rule = lambda clips, arrival: Action(delays[digests.index(clips[0].pcm_sha256)])
+    window.max_in_flight = 0
+    gateway = await make_gateway(chunking={**CHUNKING, "max_concurrent_chunks": limit})
+    response = await post_chat(gateway, stream=stream)
+    assert response.status == 200, await response.text()
+    if stream:
+        chunks = [json.loads(d) for d in sse_lines(await response.text()) if d != "[DONE]"]
+        text = "".join(
+            c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]
+        )
+    else:
+        text = (await response.json())["choices"][0]["message"]["content"]
+    assert_pieces_are_the_clip(heard(text), long_pcm)
+    assert window.max_in_flight <= limit
+
+
+def sse_lines(text: str) -> list[str]:
+    return [line[6:] for line in text.split("\n") if line.startswith("data: ")]
