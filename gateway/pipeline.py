@@ -11,7 +11,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 import pybase64
@@ -19,7 +19,6 @@ import pybase64
 from .audio import BatchedResolver, PathPolicy
 from .body import Placeholders, Segment, SegmentedPayload
 from .cache import AudioStore
-from .chunking import Chunker
 from .chunking.bodies import ChunkedRequest, chunked_request
 from .chunking.refusals import refuse_unmergeable
 from .config import AudioConfig, CacheConfig, Config, SpliceConfig
@@ -40,6 +39,9 @@ from .sources import AudioSource
 from .sources.local import LocalClip
 from .sources.objects import ObjectClip, ObjectSources, object_sources
 from .splice import Part, splice_chat, splice_responses
+
+if TYPE_CHECKING:  # imported when chunking is on (numpy, libsndfile)
+    from .chunking import Chunker
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +115,11 @@ async def build_pipeline(
         digest=config.splice.part_uuid,
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
-    chunker = Chunker(config.chunking, store, config.audio) if config.chunking.enabled else None
+    chunker = None
+    if config.chunking.enabled:
+        from .chunking import Chunker
+
+        chunker = Chunker(config.chunking, store, config.audio)
     return RewritePipeline(config.splice, config.audio, policy, store, objects, chunker)
 
 

@@ -8,6 +8,19 @@ pieces.py   `Chunker.split(clip)`: the pieces, cached in the audio store, single
 
 from __future__ import annotations
 
-from .pieces import AudioPiece, Chunker, ClipPieces
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .pieces import AudioPiece, Chunker, ClipPieces
 
 __all__ = ["AudioPiece", "Chunker", "ClipPieces"]
+
+
+def __getattr__(name: str) -> Any:
+    """The cutter's names, imported on first use: numpy and libsndfile (~12 MiB of RSS) load
+    only in a gateway that splits clips, not in every one that imports the fan-out's modules."""
+    if name in __all__:
+        from . import pieces
+
+        return getattr(pieces, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
