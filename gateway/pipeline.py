@@ -277,7 +277,6 @@ class RewritePipeline:
             found.pieces,
             clip=f"{label} {given!r}",
             param=param,
-            route=shape.name,
             splice=shape.splice,
             part=lambda piece, placeholders: self._part(piece, shape, placeholders),
         )

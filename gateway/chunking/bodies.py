@@ -45,7 +45,6 @@ class ChunkedRequest:
 
     pieces: tuple[Piece, ...]
     clip: str  # how messages name the clip, e.g. "metadata.audio_path 'long.wav'"
-    route: str  # "chat", or "responses" (the bridge)
     stream: bool
     include_usage: bool
     build: Callable[[Piece], SegmentedPayload]  # a piece's upstream body (CPU: off the loop)
@@ -64,7 +63,6 @@ def chunked_request(
     *,
     clip: str,
     param: str,
-    route: str,
     splice: Splice,
     part: MakePart,
 ) -> ChunkedRequest:
@@ -81,7 +79,7 @@ def chunked_request(
     stream = body.get("stream") is True
     options = body.get("stream_options")
     include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
-    return ChunkedRequest(tuple(pieces), clip, route, stream, include_usage, build)
+    return ChunkedRequest(tuple(pieces), clip, stream, include_usage, build)
 
 
 def piece_audio(piece: Piece, param: str) -> InlineAudio:
