@@ -5,8 +5,9 @@ WAV, noise bursts with pauses) is transcribed by a stub acting as a 30 s model t
 `--delay-per-audio-second` per second of audio it hears (a model's time grows with its input;
 the stub sleeps, so it batches for free, as an unloaded vLLM roughly does), three ways:
 
-- `chunked`: audio-gateway with `[chunking]` on (quiet cuts, 30 s pieces,
-  `max_concurrent_chunks` pieces of a row in flight), the row sent as `metadata.audio_path`;
+- `chunked-N`: audio-gateway with `[chunking]` on (quiet cuts, 30 s pieces,
+  `max_concurrent_chunks = N`, one gateway per N of `--max-concurrent-chunks`), the row sent as
+  `metadata.audio_path`;
 - `sequential` (BASELINE): NeMo Skills' client-side chunking: fixed 30 s windows cut by the
   client, sent as inline data URIs straight to the model one after another, texts joined;
 - `unsplit`: audio-gateway with chunking off: the whole clip goes, the model keeps its first
@@ -43,7 +44,6 @@ from .report import RESULTS_DIR
 
 RATE_HZ = 16_000
 WINDOW_SECONDS = 30
-MODES = ("chunked", "sequential", "unsplit")
 PROMPT = [{"role": "user", "content": "Transcribe the audio."}]
 
 
@@ -185,8 +185,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"# Long audio: {result['clips']} clips, {result['audio_minutes']:.0f} min of audio, "
         f"a 30 s model at {result['delay_per_audio_second']} s per audio second, "
-        f"rows {result['concurrency']} at a time, max_concurrent_chunks = "
-        f"{result['max_concurrent_chunks']}",
+        f"rows {result['concurrency']} at a time",
         "",
         "| mode | wall s | vs sequential | audio heard | longest piece s |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -210,18 +209,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-minutes", type=float, default=2.0)
     parser.add_argument("--max-minutes", type=float, default=20.0)
     parser.add_argument("--delay-per-audio-second", type=float, default=0.01)
-    parser.add_argument("--max-concurrent-chunks", type=int, default=4)
+    parser.add_argument(
+        "--max-concurrent-chunks", type=int, nargs="+", default=[4], help="one chunked mode each"
+    )
     parser.add_argument("--concurrency", type=int, default=1, help="rows in flight")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.quick:
         args.clips, args.min_minutes, args.max_minutes = 4, 2.0, 4.0
     result = asyncio.run(run(args))
-    result["command"] = "python -m bench.longform " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
+    given = sys.argv[1:] if argv is None else argv
+    result["command"] = " ".join(["python -m bench.longform", *given])
     text = render(result)
     print(text)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
     stem = (
         args.results_dir / f"{datetime.now(UTC):%Y-%m-%d}-longform{'-quick' if args.quick else ''}"
     )
@@ -237,16 +238,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         clips = await asyncio.to_thread(
             make_clips, audio_root, args.clips, args.min_minutes, args.max_minutes
         )
-        chunking = {"enabled": True, "max_concurrent_chunks": args.max_concurrent_chunks}
+        gateways: dict[str, dict[str, Any] | None] = {
+            f"chunked-{limit}": {"enabled": True, "max_concurrent_chunks": limit}
+            for limit in args.max_concurrent_chunks
+        }
+        gateways["unsplit"] = None
         servers: list[ServerProcess] = []
         try:
             stub = start_stub(workdir, audio_root, args.delay_per_audio_second)
             servers.append(stub)
-            for name, settings in (("chunked", chunking), ("unsplit", None)):
+            for name, settings in gateways.items():
                 servers.append(start_gateway(workdir, name, stub.url, audio_root, settings))
             urls = {server.name: server.url for server in servers}
             rows = [
-                await run_mode(mode, urls, audio_root, clips, args.concurrency) for mode in MODES
+                await run_mode(mode, urls, audio_root, clips, args.concurrency)
+                for mode in ["sequential", *gateways]
             ]
         finally:
             for server in servers:
@@ -256,7 +262,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "audio_minutes": sum(frames for _, frames in clips) / RATE_HZ / 60,
         "delay_per_audio_second": args.delay_per_audio_second,
         "concurrency": args.concurrency,
-        "max_concurrent_chunks": args.max_concurrent_chunks,
         "rows": rows,
     }
 
