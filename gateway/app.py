@@ -1,6 +1,7 @@
 """create_app(config): the whole gateway wired on one screen.
 
 request -> sidechannel (what audio?) -> audio store (the bytes) -> splice -> relay
+                                                  └─ a long clip ([chunking]): split -> fan-out
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from . import __version__
 from .access_log import answer_with_request_id, assign_request_ids
 from .auth import ApiKeys, require_api_key
 from .body import SegmentedPayload
-from .bridge import responses_to_chat
-from .bridge_relay import relay_bridged
+from .bridge import BridgedRequest, responses_to_chat
+from .bridge_relay import bridge_headers, chat_target, relay_bridged
+from .chunking.answers import answer_chunked
+from .chunking.bodies import ChunkedRequest
+from .chunking.fanout import PieceRuns
 from .config import Config, ConfigError
 from .content_coding import read_decoded_body
 from .drain import InFlight
@@ -130,7 +134,7 @@ async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     app[pipeline_key] = pipeline
     app[speech_key] = SpeechUploads(pipeline, config.audio, config.server.max_body_bytes)
     yield
-    pipeline.resolver.close()
+    pipeline.close()
 
 
 async def websocket_relay(app: web.Application) -> AsyncIterator[None]:
@@ -148,8 +152,10 @@ def rewriting(shape: RouteShape) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
-        payload = await request.app[pipeline_key].rewrite(raw, shape)
+        payload = await request.app[pipeline_key].rewrite(raw, shape, split=True)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
+        if isinstance(payload, ChunkedRequest):
+            return await fan_out(request, payload)
         headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
         try:
             return await _relay(request, headers=headers, body=payload)
@@ -170,10 +176,12 @@ def bridging(shape: RouteShape) -> Handler:
         body = parse_json_object(raw)
         pipeline = request.app[pipeline_key]
         bridged = responses_to_chat(body) if pipeline.keys.carries(body) else None
-        payload: bytes | SegmentedPayload = raw
+        payload: bytes | SegmentedPayload | ChunkedRequest = raw
         if bridged is not None:
-            payload = await pipeline.rewrite(raw, shape, body=bridged.chat)
+            payload = await pipeline.rewrite(raw, shape, body=bridged.chat, split=True)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
+        if bridged is not None and isinstance(payload, ChunkedRequest):
+            return await fan_out(request, payload, bridged)
         if bridged is None or not isinstance(payload, SegmentedPayload):
             headers = request_headers_for_upstream(request, decoded=True)
             return await _relay(request, headers=headers, body=raw)
@@ -186,6 +194,21 @@ def bridging(shape: RouteShape) -> Handler:
             await payload.aclose()
 
     return handle
+
+
+async def fan_out(
+    request: web.Request, chunked: ChunkedRequest, bridged: BridgedRequest | None = None
+) -> web.StreamResponse:
+    """A long clip split into pieces: one upstream chat request per piece, at most
+    `chunking.max_concurrent_chunks` in flight, their answers merged into one."""
+    app = request.app
+    pool, settings = app[upstream_key], app[config_key].chunking
+    target = chat_target(pool, request) if bridged else upstream_target(pool, request)
+    # The gateway reads and merges the answers: no compressed ones (as for the bridge).
+    headers = bridge_headers(request_headers_for_upstream(request, json_body=True, decoded=True))
+    limit = settings.max_concurrent_chunks
+    async with PieceRuns(pool, target, headers, chunked, limit, app[metrics_key]) as runs:
+        return await answer_chunked(request, runs, chunked, settings.join, bridged)
 
 
 async def speech(request: web.Request) -> web.StreamResponse:

@@ -5,13 +5,17 @@ key, ETag and size for an object) and whether the entry is `raw`: raw entries ho
 own bytes (the speech-to-text uploads) rather than its base64, in the same byte budget. A
 rewritten file is a new key, an unchanged one is never read again while its entry lives.
 Concurrent requests for one uncached clip share one read and encode. Only the event loop
-touches the cache, so it needs no lock.
+touches the cache, so it needs no lock. Other derived entries (the pieces of a long clip,
+`gateway.chunking`) share the same byte budget through `cached` / `keep`, under keys of their
+own shape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Hashable
+from typing import Protocol
 
 from cachetools import LRUCache
 
@@ -23,6 +27,13 @@ from .sidechannel import PathAudio
 from .sources import AudioSource
 
 CacheKey = tuple[Hashable, bool]  # the source's content key, and `raw`
+
+
+class Weighed(Protocol):
+    """A cache entry: weighed by its `nbytes` against the byte budget."""
+
+    @property
+    def nbytes(self) -> int: ...
 
 
 class AudioStore:
@@ -38,7 +49,7 @@ class AudioStore:
         self._encode = encode
         self._digest = digest
         self._metrics = metrics
-        self._lru: LRUCache[CacheKey, EncodedAudio] = LRUCache(
+        self._lru: LRUCache[Hashable, Weighed] = LRUCache(
             maxsize=max(config.max_bytes, 1), getsizeof=lambda entry: entry.nbytes
         )
         self._content_by_identity: dict[Hashable, Hashable] = {}  # a source's latest version
@@ -70,7 +81,7 @@ class AudioStore:
         entry = self._lru.get(key)
         if entry is not None:
             self._metrics.cache_hits.inc()
-            return entry
+            return entry  # type: ignore[return-value]  # (content, raw) keys hold EncodedAudio
         load = self._inflight.get(key)
         if load is not None:
             self._metrics.cache_hits.inc()
@@ -86,6 +97,20 @@ class AudioStore:
             if load[1] is clip.ref:
                 raise
             raise _as_seen_by(error, load[1], clip.ref) from None
+
+    def cached(self, key: Hashable) -> Weighed | None:
+        """A derived entry kept with `keep` (its key must not be a `CacheKey`), or None."""
+        return self._lru.get(key) if self.enabled else None
+
+    def keep(self, key: Hashable, entry: Weighed) -> bool:
+        """Keep a derived entry in the shared byte budget; whether it was kept (not when over
+        `max_item_bytes` or the whole budget, or with caching off)."""
+        if not self.enabled or entry.nbytes > self.max_item_bytes:
+            return False
+        with contextlib.suppress(ValueError):  # larger than the whole budget
+            self._lru[key] = entry
+            return True
+        return False
 
     async def _load(self, clip: AudioSource, raw: bool) -> EncodedAudio:
         if raw:

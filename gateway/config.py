@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -243,6 +244,42 @@ class SidechannelConfig(_Section):
         return prefix
 
 
+class ChunkingConfig(_Section):
+    """`[chunking]`: audio longer than the model's window is cut into pieces (gateway.chunking).
+
+    Pieces are at most `max_chunk_seconds`, which must fit the model's window, so it may not
+    exceed `threshold_seconds` (a clip at most that long is sent whole)."""
+
+    enabled: bool = False
+    threshold_seconds: float = Field(30.0, gt=0)
+    max_chunk_seconds: float = Field(30.0, gt=0)
+    min_tail_seconds: float = Field(0.5, ge=0)
+    split: Literal["quiet", "fixed"] = "quiet"
+    quiet_search_seconds: float = Field(5.0, gt=0)
+    max_concurrent_chunks: int = Field(4, ge=1)
+    join: str = " "
+
+    # Field validators (not one model validator) so that an error's location is the key.
+    @field_validator("max_chunk_seconds")
+    @classmethod
+    def _piece_fits_threshold(cls, seconds: float, info: ValidationInfo) -> float:
+        threshold = info.data.get("threshold_seconds")
+        if threshold is not None and seconds > threshold:
+            raise ValueError(
+                f"{seconds:g} exceeds threshold_seconds ({threshold:g}): a clip between the two "
+                "would be sent whole although longer than a piece may be"
+            )
+        return seconds
+
+    @field_validator("min_tail_seconds", "quiet_search_seconds")
+    @classmethod
+    def _below_piece(cls, seconds: float, info: ValidationInfo) -> float:
+        longest = info.data.get("max_chunk_seconds")
+        if longest is not None and seconds >= longest:
+            raise ValueError(f"{seconds:g} must be below max_chunk_seconds ({longest:g})")
+        return seconds
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -252,6 +289,7 @@ class Config(_Section):
     responses: ResponsesConfig = ResponsesConfig()
     storage: StorageConfig = StorageConfig()
     sidechannel: SidechannelConfig = SidechannelConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
 
     @model_validator(mode="after")
     def _objects_need_bytes_or_urls(self) -> Config:

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 ADDED_LATENCY_BUCKETS_SECONDS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )  # fmt: skip
+CHUNKS_PER_REQUEST_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
 STORAGE_BUCKETS_SECONDS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
@@ -75,6 +76,22 @@ class GatewayMetrics:
             buckets=STORAGE_BUCKETS_SECONDS,
             registry=registry,
         )
+        self.chunked_requests = Counter(
+            "audio_gateway_chunked_requests",
+            "Requests whose clip was split into pieces (chunking), each piece sent upstream.",
+            registry=registry,
+        )
+        self.audio_chunks = Counter(
+            "audio_gateway_audio_chunks",
+            "Pieces of split clips sent upstream, one request each.",
+            registry=registry,
+        )
+        self.chunks_per_request = Histogram(
+            "audio_gateway_audio_chunks_per_request",
+            "Pieces a split clip was cut into, per chunked request.",
+            buckets=CHUNKS_PER_REQUEST_BUCKETS,
+            registry=registry,
+        )
 
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}
@@ -96,6 +113,10 @@ class GatewayMetrics:
     def observe_storage(self, op: str, outcome: str, seconds: float) -> None:
         self.storage_requests.labels(op, outcome).inc()
         self.storage_seconds.labels(op).observe(seconds)
+
+    def observe_chunked(self, pieces: int) -> None:
+        self.chunked_requests.inc()
+        self.chunks_per_request.observe(pieces)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

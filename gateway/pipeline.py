@@ -11,7 +11,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 import pybase64
@@ -19,6 +19,8 @@ import pybase64
 from .audio import BatchedResolver, PathPolicy
 from .body import Placeholders, Segment, SegmentedPayload
 from .cache import AudioStore
+from .chunking.bodies import ChunkedRequest, chunked_request
+from .chunking.refusals import refuse_unmergeable
 from .config import AudioConfig, CacheConfig, Config, SpliceConfig
 from .durations import AudioHeader, check_decode_limits, read_base64_header
 from .encoder import EncodedAudio, StreamedAudio
@@ -39,6 +41,9 @@ from .sources import AudioSource
 from .sources.local import LocalClip
 from .sources.objects import ObjectClip, ObjectSources, object_sources
 from .splice import Part, splice_chat, splice_responses
+
+if TYPE_CHECKING:  # imported when chunking is on (numpy, libsndfile)
+    from .chunking import Chunker
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +72,16 @@ class RouteShape:
     input_audio_parts: bool
     # How to send a clip that input_audio cannot carry (told in the 400 refusing it).
     input_audio_fix: str = ""
+    # Whether a long clip may be split ([chunking]): routes whose answers the gateway can merge.
+    chunkable: bool = False
 
 
-CHAT_AUDIO_URL = RouteShape("chat", splice_chat, input_audio_parts=False)
+CHAT_AUDIO_URL = RouteShape("chat", splice_chat, input_audio_parts=False, chunkable=True)
 CHAT_INPUT_AUDIO = RouteShape(
     "chat",
     splice_chat,
     input_audio_parts=True,
+    chunkable=True,
     input_audio_fix='set [splice] chat_part = "audio_url" to send it as an audio_url data URI',
 )
 RESPONSES = RouteShape(
@@ -110,7 +118,14 @@ async def build_pipeline(
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
     keys = SidechannelKeys(config.sidechannel.key_prefix)
-    return RewritePipeline(config.splice, config.audio, policy, store, objects, keys)
+    chunker = None
+    if config.chunking.enabled:
+        from .chunking import Chunker
+
+        chunker = Chunker(config.chunking, store, config.audio)
+    return RewritePipeline(
+        config.splice, config.audio, policy, store, objects, keys, chunker=chunker
+    )
 
 
 class RewritePipeline:
@@ -122,6 +137,7 @@ class RewritePipeline:
         store: AudioStore,
         objects: ObjectSources | None = None,
         keys: SidechannelKeys = DEFAULT_KEYS,
+        chunker: Chunker | None = None,
     ):
         self.config = config
         self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
@@ -134,13 +150,41 @@ class RewritePipeline:
         self.objects = objects
         self.file_urls = config.mode == "file_url"
         self.presigned = config.remote == "presigned_url"
+        self.chunker = chunker  # None unless [chunking] is enabled
         self._legacy_key_logged = False
 
+    def close(self) -> None:
+        """Stop the worker threads (path checks, cuts); at shutdown."""
+        self.resolver.close()
+        if self.chunker is not None:
+            self.chunker.close()
+
+    @overload
     async def rewrite(
-        self, raw: bytes, shape: RouteShape, body: dict[str, Any] | None = None
-    ) -> bytes | SegmentedPayload:
+        self,
+        raw: bytes,
+        shape: RouteShape,
+        body: dict[str, Any] | None = None,
+        *,
+        split: Literal[False] = False,
+    ) -> bytes | SegmentedPayload: ...
+    @overload
+    async def rewrite(
+        self, raw: bytes, shape: RouteShape, body: dict[str, Any] | None = None, *, split: bool
+    ) -> bytes | SegmentedPayload | ChunkedRequest: ...
+    async def rewrite(
+        self,
+        raw: bytes,
+        shape: RouteShape,
+        body: dict[str, Any] | None = None,
+        *,
+        split: bool = False,
+    ) -> bytes | SegmentedPayload | ChunkedRequest:
         """`body` is `raw` parsed, when the caller already has it (it may be rewritten, as the
-        Responses bridge's chat body is); the pipeline then modifies that dict in place."""
+        Responses bridge's chat body is); the pipeline then modifies that dict in place.
+
+        With `split` (the server's routes), a row whose one clip is longer than the chunker's
+        threshold becomes a `ChunkedRequest`: one body per piece, for the fan-out."""
         if body is None:
             body = parse_json_object(raw)
         sidechannel = self.keys.read(body, self.max_clips, self.max_clip_bytes)
@@ -153,6 +197,11 @@ class RewritePipeline:
         try:
             for clip in clips:
                 self._check_length(clip)
+            if split and self.chunker is not None and shape.chunkable and len(clips) == 1:
+                chunked = await self._split(body, shape, clips[0])
+                if chunked is not None:
+                    await _close_streams(clips)  # the pieces are what goes upstream
+                    return chunked
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             shape.splice(body, parts)
@@ -218,6 +267,30 @@ class RewritePipeline:
             if isinstance(audio, StreamedAudio):
                 await audio.aclose()
             raise
+
+    async def _split(
+        self, body: dict[str, Any], shape: RouteShape, clip: LoadedClip
+    ) -> ChunkedRequest | None:
+        """The clip's pieces as one body each, or None when it is not long enough to split;
+        400 `chunking_unsupported` for a request whose answers cannot be merged."""
+        assert self.chunker is not None
+        found = await self.chunker.split(clip)
+        if found is None:
+            return None
+        refuse_unmergeable(body, shape.name)
+        label, given, param = _named(clip)
+        chunked = chunked_request(
+            body,
+            found.pieces,
+            clip=f"{label} {given!r}",
+            param=param,
+            splice=shape.splice,
+            part=lambda piece, placeholders: self._part(piece, shape, placeholders),
+        )
+        if shape.input_audio_parts:  # refused now, not once per piece: wav or mp3 only
+            mime, fix = found.pieces[0].mime, shape.input_audio_fix
+            input_audio_format(mime, label=label, given=given, param=param, fix=fix)
+        return chunked
 
     def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
         part: Part

@@ -19,6 +19,14 @@ from .realtime import echo_session, realtime
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 from .tokens import TokenFields, token_fields, tokenize
+from .window import (
+    ANSWER_KEY,
+    ModelWindow,
+    add_window_arguments,
+    window_from_arguments,
+    window_key,
+    windowed,
+)
 
 
 def create_stub_app(
@@ -27,12 +35,17 @@ def create_stub_app(
     record: bool = True,
     responses_accept_audio: bool = False,
     allowed_media_domains: list[str] | None = None,
+    window: ModelWindow | None = None,
 ) -> web.Application:
     """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
     and `audio_url` parts; vLLM 0.33's refuses them (the default). `allowed_media_domains` is
     vLLM's --allowed-media-domains (None: any host); the fetch timeout is
-    VLLM_AUDIO_FETCH_TIMEOUT from the environment, as vLLM reads it."""
-    app = web.Application(client_max_size=2 * 1024**3, middlewares=[_count])
+    VLLM_AUDIO_FETCH_TIMEOUT from the environment, as vLLM reads it. `window` makes chat
+    completions a short-window, slow, observable model (`window.py`)."""
+    middlewares = [_count, windowed] if window is not None else [_count]
+    app = web.Application(client_max_size=2 * 1024**3, middlewares=middlewares)
+    if window is not None:
+        app[window_key] = window
     timeout = float(os.environ.get("VLLM_AUDIO_FETCH_TIMEOUT", AUDIO_FETCH_TIMEOUT_SECONDS))
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
@@ -109,7 +122,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         clips.extend(await chat_message_clips(message, state))
     report = state.last_report = _report(body, clips, messages[-1] if messages else None)
     state.audio_requests += bool(clips)
-    answer = _ChatAnswer(_summary(clips), body, request.headers.get("X-Stub-Reasoning"))
+    text = request.get(ANSWER_KEY) or _summary(clips)  # a model window says what it kept
+    answer = _ChatAnswer(text, body, request.headers.get("X-Stub-Reasoning"))
     tokens = token_fields(body, messages, clips, answer.pieces())  # None unless asked
     if body.get("stream"):
         return await _stream_chat(request, body, report, answer, tokens)
@@ -370,12 +384,14 @@ def main(argv: list[str] | None = None) -> None:
         help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
     )
     parser.add_argument("--allowed-media-domains", nargs="+", default=None)
+    add_window_arguments(parser)
     args = parser.parse_args(argv)
     app = create_stub_app(
         args.allowed_local_media_path,
         record=False,
         responses_accept_audio=args.responses_accept_audio,
         allowed_media_domains=args.allowed_media_domains,
+        window=window_from_arguments(args),
     )
     web.run_app(
         app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None

@@ -23,6 +23,7 @@ from .check import RowChecker, check_rows
 from .convert import run_convert
 from .jobs import default_jobs
 from .jsonl import UsageError, existing_inputs, read_lines
+from .long_audio import LongAudioTally
 from .progress import Progress
 from .summary import EXIT_CLEAN, EXIT_ROW_ERRORS, EXIT_USAGE, CheckSummary, print_summary
 
@@ -111,7 +112,7 @@ def run_check(args: argparse.Namespace) -> int:
     has_objects = bool(config.audio.object_roots())
     jobs = args.jobs or default_jobs(config.audio.effective_roots(), objects=has_objects)
     checker = RowChecker(config, PathPolicy.from_config(config.audio))
-    summary = CheckSummary(files)
+    summary = CheckSummary(files, long_audio=LongAudioTally(config.chunking))
     started = time.perf_counter()
     total = sum(os.path.getsize(path) for path in files)
     with closing(Progress(total, "check")) as progress, closing(checker):

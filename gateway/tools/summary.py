@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .results import CheckedRow, ClipFacts, RowError
+
+if TYPE_CHECKING:
+    from .long_audio import LongAudioTally
 
 EXAMPLES_PER_CODE = 5
 EXIT_CLEAN, EXIT_ROW_ERRORS, EXIT_USAGE = 0, 1, 2  # no row error / some / a usage error
@@ -82,11 +85,14 @@ class CheckSummary:
     longest: dict[str, Any] | None = None
     errors: ErrorGroups = field(default_factory=ErrorGroups)
     seconds: float = 0.0
+    long_audio: LongAudioTally | None = None
     _distinct: set[str] = field(default_factory=set)
 
     def add(self, row: CheckedRow) -> None:
         self.rows += 1
         self.rows_with_audio += row.has_audio
+        if self.long_audio is not None:
+            self.long_audio.add(row)
         if row.error is not None:
             self.errors.add(row.error)
         for clip in row.clips:
@@ -127,6 +133,7 @@ class CheckSummary:
             "audio_seconds": round(self.audio_seconds, 3),
             "clips_without_duration": self.clips_without_duration,
             "longest_clip": self.longest,
+            **({"long_audio": self.long_audio.to_json()} if self.long_audio else {}),
             "errors": self.errors.to_json(),
             "seconds": round(self.seconds, 3),
         }
@@ -153,6 +160,7 @@ class CheckSummary:
                 "clips of unknown length: only WAV and FLAC headers state it)",
             ),
             ("longest clip", longest),
+            *([self.long_audio.render()] if self.long_audio else []),
             ("time", f"{self.seconds:.1f} s ({rate:,.0f} rows/s)"),
         ]
         return render_table("audio-gateway check: " + ", ".join(self.files), rows, self.errors)
