@@ -19,7 +19,7 @@ from . import __version__
 from .auth import ApiKeys, require_api_key
 from .body import SegmentedPayload
 from .bridge import responses_to_chat
-from .bridge_relay import relay_bridged
+from .bridge_relay import bridge_headers, bridged_answer, chat_target, relay_bridged
 from .config import Config, ConfigError
 from .content_coding import read_decoded_body
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
@@ -33,9 +33,12 @@ from .pipeline import (
     build_pipeline,
     parse_json_object,
 )
+from .reference_relay import ReferenceRelay
+from .referenced_body import ReferencedBody
 from .relay import (
     create_upstream_pool,
     relay,
+    relay_answer,
     request_body_chunks,
     request_headers_for_upstream,
     upstream_target,
@@ -43,6 +46,7 @@ from .relay import (
 from .sidechannel import carries_sidechannel
 from .speech import SpeechUploads
 from .upstream import UpstreamPool
+from .upstream_clips import UpstreamClips
 from .websocket import WebSocketRelay, WebSocketUpgrades
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,8 @@ upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
 speech_key = web.AppKey("speech_key", SpeechUploads)
 websocket_relay_key = web.AppKey("websocket_relay_key", WebSocketRelay)
+# Only with [splice] repeats = "reference": what the upstream holds, and the retrying relay.
+reference_relay_key = web.AppKey("reference_relay_key", ReferenceRelay)
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away before the answer
 
@@ -77,6 +83,12 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(websocket_relay)
 
     chat_shape = CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
+    if (splice := config.splice).repeats == "reference":
+        clips = UpstreamClips(
+            splice.reference_max_clips, splice.reference_wait_ms / 1000, app[metrics_key]
+        )
+        app[reference_relay_key] = ReferenceRelay(clips, app[metrics_key])
+        chat_shape = dataclasses.replace(chat_shape, references=True)
     app.router.add_get("/gateway/health", health, name="gateway_health")
     app.router.add_get("/gateway/metrics", metrics, name="gateway_metrics")
     app.router.add_post("/v1/chat/completions", rewriting(chat_shape), name="chat_completions")
@@ -131,6 +143,8 @@ def rewriting(shape: RouteShape) -> Handler:
         payload = await request.app[pipeline_key].rewrite(raw, shape)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
+        if isinstance(payload, ReferencedBody):
+            return await _relay_referenced(request, headers, payload)
         try:
             return await _relay(request, headers=headers, body=payload)
         finally:
@@ -149,10 +163,20 @@ def bridging(shape: RouteShape) -> Handler:
         raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         body = parse_json_object(raw)
         bridged = responses_to_chat(body) if carries_sidechannel(body) else None
-        payload: bytes | SegmentedPayload = raw
+        payload: bytes | SegmentedPayload | ReferencedBody = raw
         if bridged is not None:
             payload = await request.app[pipeline_key].rewrite(raw, shape, body=bridged.chat)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
+        if bridged is not None and isinstance(payload, ReferencedBody):
+            headers = request_headers_for_upstream(request, json_body=True, decoded=True)
+            pool = request.app[upstream_key]
+            return await request.app[reference_relay_key].relay(
+                pool,
+                chat_target(pool, request),
+                bridge_headers(headers),
+                payload,
+                lambda upstream: bridged_answer(request, pool, upstream, bridged),
+            )
         if bridged is None or not isinstance(payload, SegmentedPayload):
             headers = request_headers_for_upstream(request, decoded=True)
             return await _relay(request, headers=headers, body=raw)
@@ -192,9 +216,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     """Every other route: relayed untouched, the body streamed through."""
     headers = request_headers_for_upstream(request)
     if not request.body_exists:
-        return await _relay(request, headers=headers, body=None)
-    body = request_body_chunks(request)
-    return await _relay(request, headers=headers, body=body, content_length=request.content_length)
+        response = await _relay(request, headers=headers, body=None)
+    else:
+        body = request_body_chunks(request)
+        length = request.content_length
+        response = await _relay(request, headers=headers, body=body, content_length=length)
+    if (references := request.app.get(reference_relay_key)) is not None:
+        references.after_passthrough(request, response)
+    return response
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:
@@ -208,6 +237,19 @@ async def _relay(
     app = request.app
     pool = app[upstream_key]
     return await relay(request, pool, upstream_target(pool, request), headers=headers, **kwargs)
+
+
+async def _relay_referenced(
+    request: web.Request, headers: list[tuple[str, str]], body: ReferencedBody
+) -> web.StreamResponse:
+    pool = request.app[upstream_key]
+    return await request.app[reference_relay_key].relay(
+        pool,
+        upstream_target(pool, request),
+        headers,
+        body,
+        lambda upstream: relay_answer(request, pool, upstream),
+    )
 
 
 async def health(request: web.Request) -> web.Response:

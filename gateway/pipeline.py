@@ -25,6 +25,7 @@ from .encoder import EncodedAudio, StreamedAudio
 from .errors import InvalidRequest
 from .formats import input_audio_format
 from .metrics import GatewayMetrics
+from .referenced_body import ClipPart, ReferencedBody, object_uuid
 from .sidechannel import (
     LEGACY_INLINE_KEY,
     InlineAudio,
@@ -37,6 +38,7 @@ from .sources import AudioSource
 from .sources.local import LocalClip
 from .sources.objects import ObjectClip, ObjectSources, object_sources
 from .splice import Part, splice_chat, splice_responses
+from .upstream_clips import kwargs_key
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ class RouteShape:
     input_audio_parts: bool
     # How to send a clip that input_audio cannot carry (told in the 400 refusing it).
     input_audio_fix: str = ""
+    # [splice] repeats = "reference": the body comes back as a `ReferencedBody`.
+    references: bool = False
 
 
 CHAT_AUDIO_URL = RouteShape("chat", splice_chat, input_audio_parts=False)
@@ -100,11 +104,13 @@ async def build_pipeline(
     """The pipeline of `config`: path policy, object sources, store and splice, as `serve` and
     the dataset tools both use it (`cache` overrides `config.cache`). Close its resolver."""
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
+    references = config.splice.repeats == "reference"
     store = AudioStore(
         cache or config.cache,
         metrics,
         encode=config.splice.mode == "data_uri",
-        digest=config.splice.part_uuid,
+        digest=config.splice.part_uuid or references,
+        digest_urls=not references,  # reference mode names presigned objects by identity
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
     return RewritePipeline(config.splice, config.audio, policy, store, objects)
@@ -133,7 +139,7 @@ class RewritePipeline:
 
     async def rewrite(
         self, raw: bytes, shape: RouteShape, body: dict[str, Any] | None = None
-    ) -> bytes | SegmentedPayload:
+    ) -> bytes | SegmentedPayload | ReferencedBody:
         """`body` is `raw` parsed, when the caller already has it (it may be rewritten, as the
         Responses bridge's chat body is); the pipeline then modifies that dict in place."""
         if body is None:
@@ -151,6 +157,8 @@ class RewritePipeline:
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             shape.splice(body, parts)
+            if shape.references and referable(clips, parts):
+                return referenced_body(body, placeholders, clips, parts)
             return SegmentedPayload(placeholders.render(body))
         except BaseException:
             await _close_streams(clips)
@@ -232,7 +240,10 @@ class RewritePipeline:
             else:
                 token = placeholders.add(lead, segments)
                 part = {"type": "audio_url", "audio_url": {"url": token}}
-        if self.config.part_uuid:
+        if shape.references:
+            if (uuid := _reference_uuid(clip)) is not None:
+                part["uuid"] = uuid
+        elif self.config.part_uuid:
             part["uuid"] = _content_sha256(clip)
         return part
 
@@ -281,6 +292,56 @@ def _base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]
     if isinstance(audio, StreamedAudio):
         return audio.mime, lead, (audio,)
     return audio.mime, lead, audio.pieces
+
+
+def _reference_uuid(clip: LoadedClip) -> str | None:
+    """A presigned object is named by its identity (its bytes are never read here); any
+    other clip by the sha256 of its bytes."""
+    if isinstance(clip, PathClip) and clip.url is not None and isinstance(clip.source, ObjectClip):
+        return object_uuid(clip.source.info)
+    return _content_sha256(clip)
+
+
+def referable(clips: Sequence[LoadedClip], parts: Sequence[Part]) -> bool:
+    """Whether a request may go with references: every part named, and no streamed clip (its
+    bytes could not be sent again for a retry without reading it again)."""
+    streamed = any(isinstance(c, PathClip) and isinstance(c.audio, StreamedAudio) for c in clips)
+    return not streamed and all("uuid" in part for part in parts)
+
+
+def referenced_body(
+    body: dict[str, Any],
+    placeholders: Placeholders,
+    clips: Sequence[LoadedClip],
+    parts: Sequence[Part],
+) -> ReferencedBody:
+    kwargs = kwargs_key(body)
+    numbers = iter(range(len(placeholders)))  # one placeholder per part with bytes, in order
+    clip_parts = []
+    for clip, part in zip(clips, parts, strict=True):
+        by_url = isinstance(clip, PathClip) and clip.url is not None
+        field = part["type"]
+        clip_parts.append(
+            ClipPart(
+                part,
+                field,
+                part[field],
+                (part["uuid"], kwargs),
+                None if by_url else next(numbers),
+                0 if by_url else _base64_bytes(clip),
+            )
+        )
+    return ReferencedBody(body, placeholders, clip_parts)
+
+
+def _base64_bytes(clip: LoadedClip) -> int:
+    if isinstance(clip, InlineAudio):
+        return len(clip.payload)
+    return (
+        sum(len(piece) for piece in clip.audio.pieces)
+        if isinstance(clip.audio, EncodedAudio)
+        else 0
+    )
 
 
 def _content_sha256(clip: LoadedClip) -> str:
