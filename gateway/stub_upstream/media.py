@@ -35,7 +35,11 @@ AUDIO_FETCH_TIMEOUT_SECONDS = 10.0  # vLLM's default VLLM_AUDIO_FETCH_TIMEOUT
 
 
 class StubRejection(Exception):
-    """What vLLM would answer 400 to."""
+    """What vLLM would answer 400 to; `param` names the field when vLLM's error does."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
