@@ -15,6 +15,7 @@ class BenchRun(Protocol):
     """What a workload module uses of the runner's `Bench`."""
 
     workdir: Path
+    audio_root: Path
     stub: modes.ServerProcess | None
     servers: dict[str, modes.ServerProcess | None]
     loadgens: list[LoadGeneratorProcess]

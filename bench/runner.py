@@ -28,6 +28,7 @@ from .encode import measure_encode
 from .loadgen import LoadGeneratorProcess
 from .objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
 from .points import merge_runs, summarise
+from .repeats import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, run_repeats
 from .workloads import (
     Clip,
     ClipSet,
@@ -301,6 +302,9 @@ def total_steps(scenario: Scenario, mode_count: int) -> int:
         if workload.key == OBJECT_WORKLOAD_KEY:  # its own modes, cold and warm
             steps += 2 * len(OBJECT_MODES)
             continue
+        if workload.key == REPEATS_WORKLOAD_KEY:
+            steps += len(PHASES) * len(REPEATS_MODES)
+            continue
         steps += mode_count * (1 + len(workload.concurrency) * max(1, scenario.rounds))
     if scenario.huge_clip_bytes:
         steps += 1 + len(scenario.huge_clip_modes)
@@ -337,10 +341,13 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         bench.step("clips ready")
         bench.start()
         bench.step("servers up")
-        points, checks, objects = [], [], []
+        points, checks, objects, repeats = [], [], [], []
         for clipset in clipsets:
             if clipset.workload.key == OBJECT_WORKLOAD_KEY:
                 objects += run_objects(bench, clipset)
+                continue
+            if clipset.workload.key == REPEATS_WORKLOAD_KEY:
+                repeats += run_repeats(bench, clipset)
                 continue
             workload_points, check = run_workload(bench, clipset)
             points += workload_points
@@ -370,6 +377,7 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         "cache_checks": checks,
         "huge_clip": huge,
         "objects": objects,
+        "repeats": repeats,
         "encode": encode,
         "notes": notes,
     }

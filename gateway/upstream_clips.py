@@ -150,5 +150,7 @@ class UpstreamClips:
         remaining = seed.sent_at + self.wait_seconds - asyncio.get_running_loop().time()
         if remaining <= 0 or seed.settled.is_set():
             return
+        # asyncio.timeout, not wait_for: no task per waiting request
         with contextlib.suppress(TimeoutError):  # then the clip goes by reference
-            await asyncio.wait_for(seed.settled.wait(), remaining)
+            async with asyncio.timeout(remaining):
+                await seed.settled.wait()

@@ -1,0 +1,341 @@
+"""Workload (repeats): the same clips sent again and again, `[splice] repeats = "data"` against
+`"reference"` (issue 17).
+
+- `waves`: 200 clips x 16 seeds, the seeds of a clip sent together (a wave), 4 waves in flight;
+- `waves-streamed`: the same with `stream: true`;
+- `turns`: 200 4-turn conversations, 16 in flight, each turn re-sending its clip.
+
+Each (phase, mode) gets a fresh stub and gateway: the stub keeps vLLM 0.33's processor cache with
+a preprocessing delay (a clip is held only once its data was decoded) and records every chat body
+it receives, so the figures are of the bodies the gateway actually sent (retries included).
+Reported per mode: upstream bytes per request, gateway CPU per request, retries per 1000
+requests, the stub's decodes, and vLLM's frontend audio CPU per wave: `bench/vllm_frontend_cpu.py`
+(vLLM 0.33's own parse + decode + data parser) run on the recorded bodies in the vllm venv, when
+that venv exists. The driver runs in the bench process, so its CPU is never the gateway's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from . import modes, procstat
+from .points import BenchRun, summarise_latencies
+from .workloads import Clip, ClipSet
+
+REPEATS_WORKLOAD_KEY = "repeats"
+REPEATS_MODES = ("data", "reference")
+PHASES = ("waves", "waves-streamed", "turns")
+PREPROCESS_DELAY_MS = 20.0  # the stub's: vLLM decodes a data-carrying request before it holds it
+WAVES_IN_FLIGHT = 4
+CONVERSATIONS_IN_FLIGHT = 16
+TURNS = 4
+REQUEST_TIMEOUT_SECONDS = 120
+VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
+FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu.py"
+FRONTEND_TIMEOUT_SECONDS = 1800
+
+
+@dataclass
+class Tally:
+    """What the driver saw: answers, failures, latencies and clip checks."""
+
+    requests: int = 0
+    errors: int = 0
+    mismatched: int = 0
+    latencies_us: list[int] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+
+    def fail(self, sample: str) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 3:
+            self.error_samples.append(sample[:300])
+
+
+def run_repeats(
+    bench: BenchRun, clipset: ClipSet, wait_ms: int | None = None
+) -> list[dict[str, Any]]:
+    """Every phase in both modes; one row per (phase, mode)."""
+    rows = []
+    for phase in PHASES:
+        for mode in REPEATS_MODES:
+            rows.append(run_phase(bench, clipset, phase, mode, wait_ms))
+            bench.step(f"repeats: {phase} {mode}")
+    return rows
+
+
+def run_phase(
+    bench: BenchRun, clipset: ClipSet, phase: str, mode: str, wait_ms: int | None = None
+) -> dict[str, Any]:
+    name = f"repeats-{phase}-{mode}"
+    bodies = bench.workdir / f"{name}-bodies.jsonl"
+    stub = start_recording_stub(bench.workdir, bench.audio_root, bodies, name)
+    try:
+        gateway = start_repeats_gateway(
+            bench.workdir, name, stub.url, bench.audio_root, mode, wait_ms
+        )
+        try:
+            before = procstat.total_cpu_seconds(gateway.pids())
+            started = time.perf_counter()
+            tally = asyncio.run(drive(phase, gateway.url + "/v1/chat/completions", clipset))
+            wall = time.perf_counter() - started
+            gateway_cpu = procstat.total_cpu_seconds(gateway.pids()) - before
+            metrics = read_metrics(gateway.url)
+        finally:
+            gateway.stop()
+        state = read_json(stub.url + "/stub/state")
+    finally:
+        stub.stop()
+    waves = len(clipset.clips)
+    return summarise_phase(phase, mode, tally, wall, gateway_cpu, metrics, state, bodies, waves)
+
+
+def summarise_phase(
+    phase: str,
+    mode: str,
+    tally: Tally,
+    wall: float,
+    gateway_cpu: float,
+    metrics: dict[str, float],
+    state: dict[str, Any],
+    bodies: Path,
+    waves: int,
+) -> dict[str, Any]:
+    done = max(tally.requests, 1)
+    upstream_requests, upstream_bytes = body_log_size(bodies)
+    retries = {
+        reason: metrics.get(f'audio_gateway_reference_retries_total{{reason="{reason}"}}', 0.0)
+        for reason in ("cache_miss", "upstream_error", "stream_error")
+    }
+    frontend = frontend_cpu(bodies)
+    row: dict[str, Any] = {
+        "phase": phase,
+        "mode": mode,
+        "waves": waves,
+        "requests": tally.requests,
+        "errors": tally.errors,
+        "mismatched": tally.mismatched,
+        "error_samples": tally.error_samples,
+        "wall_seconds": wall,
+        "rps": tally.requests / wall if wall else 0.0,
+        **summarise_latencies(tally.latencies_us),
+        "upstream_requests": upstream_requests,
+        "upstream_bytes_per_request": upstream_bytes / done,
+        "gateway_cpu_ms_per_request": 1000 * gateway_cpu / done,
+        "retries": retries,
+        "retries_per_1k": 1000 * sum(retries.values()) / done,
+        "parts": {
+            form: metrics.get(f'audio_gateway_audio_parts_total{{form="{form}"}}', 0.0)
+            for form in ("data", "reference")
+        },
+        "bytes_saved": metrics.get("audio_gateway_reference_bytes_saved_total", 0.0),
+        "stub_decodes": state.get("decodes"),
+        "decodes_per_wave": (state.get("decodes") or 0) / waves,
+        "frontend": frontend,
+        "frontend_audio_cpu_ms_per_wave": None
+        if frontend is None
+        else 1000 * frontend["audio_cpu_seconds"] / waves,
+    }
+    return row
+
+
+# --- servers -----------------------------------------------------------------------------------
+
+
+def start_recording_stub(
+    workdir: Path, audio_root: Path, bodies: Path, name: str
+) -> modes.ServerProcess:
+    port = modes.free_port()
+    argv = [sys.executable, "-m", "gateway.stub_upstream", "--port", str(port)]
+    argv += ["--allowed-local-media-path", str(audio_root)]
+    argv += ["--mm-preprocess-delay-ms", str(PREPROCESS_DELAY_MS), "--record-bodies", str(bodies)]
+    return modes.start(modes.ServerProcess(f"{name}-stub", argv, port, workdir))
+
+
+def start_repeats_gateway(
+    workdir: Path, name: str, upstream: str, audio_root: Path, mode: str, wait_ms: int | None
+) -> modes.ServerProcess:
+    config = modes.gateway_config(workdir, name, 1024**3)
+    splice = f'\n[splice]\nrepeats = "{mode}"\n'
+    if wait_ms is not None:
+        splice += f"reference_wait_ms = {wait_ms}\n"
+    config.write_text(config.read_text() + splice)
+    port = modes.free_port()
+    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
+    argv += ["--audio-root", str(audio_root), "--log-level", "WARNING"]
+    return modes.start(modes.ServerProcess(name, argv, port, workdir))
+
+
+def read_metrics(origin: str) -> dict[str, float]:
+    with urllib.request.urlopen(origin + "/gateway/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def read_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        result: dict[str, Any] = json.loads(reply.read())
+    return result
+
+
+def body_log_size(bodies: Path) -> tuple[int, int]:
+    """(bodies, bytes) of the stub's body log; each line is one body plus its newline."""
+    count = size = 0
+    with open(bodies, "rb") as handle:
+        for line in handle:
+            count += 1
+            size += len(line) - 1
+    return count, size
+
+
+def vllm_python() -> str | None:
+    for candidate in VLLM_PYTHON_CANDIDATES:
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+def frontend_cpu(bodies: Path) -> dict[str, Any] | None:
+    """vLLM 0.33's frontend audio CPU on the recorded bodies, or None without its venv/tool."""
+    python = vllm_python()
+    if python is None or not FRONTEND_TOOL.is_file():
+        return None
+    command = [python, str(FRONTEND_TOOL), str(bodies), "--json"]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=FRONTEND_TIMEOUT_SECONDS,
+        check=False,
+        cwd=modes.REPO_ROOT,
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:], "audio_cpu_seconds": float("nan")}
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+# --- the driver --------------------------------------------------------------------------------
+
+
+async def drive(phase: str, url: str, clipset: ClipSet) -> Tally:
+    tally = Tally()
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        if phase == "turns":
+            await bounded(
+                CONVERSATIONS_IN_FLIGHT,
+                [conversation(session, url, clip, tally) for clip in clipset.clips],
+            )
+        else:
+            stream = phase == "waves-streamed"
+            seeds = clipset.workload.seeds
+            await bounded(
+                WAVES_IN_FLIGHT,
+                [wave(session, url, clip, seeds, stream, tally) for clip in clipset.clips],
+            )
+    return tally
+
+
+async def bounded(limit: int, jobs: list[Awaitable[None]]) -> None:
+    slots = asyncio.Semaphore(limit)
+
+    async def run(job: Awaitable[None]) -> None:
+        async with slots:
+            await job
+
+    await asyncio.gather(*(run(job) for job in jobs))
+
+
+async def wave(
+    session: aiohttp.ClientSession, url: str, clip: Clip, seeds: int, stream: bool, tally: Tally
+) -> None:
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": "Transcribe the audio."}],
+        "max_tokens": 16,
+        "metadata": {"audio_path": clip.rel},
+    }
+    if stream:
+        body["stream"] = True
+    await asyncio.gather(*(ask(session, url, body, clip, tally) for _ in range(seeds)))
+
+
+async def conversation(session: aiohttp.ClientSession, url: str, clip: Clip, tally: Tally) -> None:
+    messages: list[dict[str, Any]] = []
+    for turn in range(TURNS):
+        messages.append({"role": "user", "content": f"Turn {turn + 1}: what else is said?"})
+        body = {"model": "bench", "messages": list(messages), "max_tokens": 16}
+        body["metadata"] = {"audio_path": clip.rel}
+        answer = await ask(session, url, body, clip, tally)
+        if answer is None:
+            return
+        messages.append({"role": "assistant", "content": answer})
+
+
+async def ask(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], clip: Clip, tally: Tally
+) -> str | None:
+    """One request; its answer's text, None when it failed (counted). The stub's report of
+    the clip it used is checked against the file's sha256."""
+    started = time.perf_counter_ns()
+    try:
+        async with session.post(url, json=body) as reply:
+            raw = await reply.read()
+            status = reply.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        tally.fail(repr(exc))
+        return None
+    tally.requests += 1
+    tally.latencies_us.append((time.perf_counter_ns() - started) // 1000)
+    if status != 200:
+        tally.fail(f"{status}: {raw[:200]!r}")
+        return None
+    report, text = _streamed_answer(raw) if body.get("stream") else _answer(raw)
+    if report is None:
+        tally.fail(f"no answer: {raw[:200]!r}")
+        return None
+    if [c["sha256"] for c in report["clips"]] != [clip.sha256]:
+        tally.mismatched += 1
+    return text
+
+
+def _answer(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    answer = json.loads(raw)
+    return answer.get("stub"), answer["choices"][0]["message"]["content"]
+
+
+def _streamed_answer(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    report, text, done = None, [], False
+    for line in raw.decode().splitlines():
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            done = True
+            continue
+        event = json.loads(line[6:])
+        if "error" in event:
+            return None, ""
+        report = report or event.get("stub")
+        for choice in event.get("choices") or []:
+            text.append(choice.get("delta", {}).get("content") or "")
+    return (report if done else None), "".join(text)
