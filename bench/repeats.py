@@ -339,3 +339,92 @@ def _streamed_answer(raw: bytes) -> tuple[dict[str, Any] | None, str]:
         for choice in event.get("choices") or []:
             text.append(choice.get("delta", {}).get("content") or "")
     return (report if done else None), "".join(text)
+
+
+# --- standalone: `python -m bench.repeats` -----------------------------------------------------
+
+
+def sweep_wait(bench: BenchRun, clipset: ClipSet, waits: list[int]) -> list[dict[str, Any]]:
+    """The `waves` phase in reference mode at each `reference_wait_ms`: what a wait shorter
+    than the upstream's preprocessing costs (misses, retried with data) and what a longer one
+    costs (the followers of a new clip wait)."""
+    rows = []
+    for wait_ms in waits:
+        row = run_phase(bench, clipset, "waves", "reference", wait_ms)
+        rows.append({**row, "reference_wait_ms": wait_ms})
+        bench.step(f"repeats: wait {wait_ms} ms")
+    return rows
+
+
+def sweep_section(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["", f"## reference_wait_ms against a {PREPROCESS_DELAY_MS:g} ms preprocessing delay "
+             f"(waves, not streamed)", "",
+             "| reference_wait_ms | retries /1k | upstream KB/req | stub decodes /wave | "
+             "p50 ms | p99 ms |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['reference_wait_ms']} | {r['retries_per_1k']:.1f} | "
+            f"{r['upstream_bytes_per_request'] / 1000:.1f} | {r['decodes_per_wave']:.2f} | "
+            f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} |"
+        )
+    return lines
+
+
+class _StandaloneBench:
+    """The parts of the runner's Bench this workload uses, for `python -m bench.repeats`."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.audio_root = workdir / "audio"
+        self.audio_root.mkdir()
+        self.stub: modes.ServerProcess | None = None
+        self.servers: dict[str, modes.ServerProcess | None] = {}
+        self.loadgens: list[Any] = []
+
+    def step(self, label: str) -> None:
+        print(f"  done: {label}", file=sys.stderr, flush=True)
+
+    def load(self, key: str, clips: list[Any], order: list[int]) -> None:
+        raise NotImplementedError
+
+    def prepare(self, key: str, form: str) -> None:
+        raise NotImplementedError
+
+    def sample(
+        self, mode: str, key: str, concurrency: int, requests: int, offset: int = 0
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import dataclasses
+    import tempfile
+
+    from .repeats_report import repeats_section
+    from .workloads import WORKLOAD_REPEATS, make_clips
+
+    parser = argparse.ArgumentParser(prog="python -m bench.repeats", description=__doc__)
+    parser.add_argument("--clips", type=int, default=WORKLOAD_REPEATS.clips)
+    parser.add_argument("--wait-sweep", type=int, nargs="*", metavar="MS", default=None,
+                        help="only sweep reference_wait_ms over these values")  # fmt: skip
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    workload = dataclasses.replace(WORKLOAD_REPEATS, clips=args.clips)
+    with tempfile.TemporaryDirectory(prefix="audio-gateway-repeats-") as tmp:
+        bench = _StandaloneBench(Path(tmp))
+        clipset = make_clips(workload, bench.audio_root)
+        if args.wait_sweep:
+            rows = sweep_wait(bench, clipset, args.wait_sweep)
+            lines = sweep_section(rows)
+        else:
+            rows = run_repeats(bench, clipset)
+            lines = repeats_section(rows)
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 1 if any(r["errors"] or r["mismatched"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

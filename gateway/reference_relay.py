@@ -33,7 +33,11 @@ from .upstream_clips import ClipKey, Sending, UpstreamClips
 log = logging.getLogger(__name__)
 
 Answer = Callable[[UpstreamResponse], Awaitable[web.StreamResponse]]
-CACHE_CLEARING_PATHS = frozenset({"/pause", "/sleep", "/reset_mm_cache"})  # vLLM's admin routes
+# vLLM 0.33's routes that empty its processor cache (/pause unless clear_cache=false, /sleep
+# from level 1): any success forgets every clip, which costs data, never a miss.
+CACHE_CLEARING_PATHS = frozenset(
+    {"/pause", "/sleep", "/reset_mm_cache", "/release_kv_cache_memory"}
+)
 MISS_BODY_MAX_BYTES = 64 * 1024  # a 400 larger than this is not vLLM's cache-miss error
 RETRY_REASONS = ("cache_miss", "upstream_error", "stream_error")
 

@@ -59,6 +59,11 @@ class Sending:
         self._epoch = record.epoch
         self._open = True
 
+    def add(self, other: Sending) -> None:
+        """Take `other`'s clips into this request's."""
+        self._keys.extend(other._keys)
+        other._open = False
+
     def succeeded(self) -> None:
         """The upstream took the request (a complete 2xx, or a streamed answer's first
         content): it holds the clips, unless its caches were cleared since they were sent."""
@@ -105,13 +110,18 @@ class UpstreamClips:
                 waiting.append((key, seed))
             else:
                 data.append(key)
+        sending = self.sending(data)  # now: others wait for these while this one waits
         for key, seed in waiting:
-            await self._wait(seed)
+            try:
+                await self._wait(seed)
+            except BaseException:
+                sending.ended()
+                raise
             if self.holds(key) or self._seeds.get(key) is seed:
                 references.add(key)
-            else:
-                data.append(key)  # the seed failed: this request carries the data itself
-        return frozenset(references), self.sending(data)
+            else:  # the seed failed: this request carries the data itself
+                sending.add(self.sending([key]))
+        return frozenset(references), sending
 
     def sending(self, keys: list[ClipKey]) -> Sending:
         """Mark `keys` as on their way upstream with their data, from now."""
