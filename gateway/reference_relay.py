@@ -63,7 +63,7 @@ class ReferenceRelay:
         upstream's response, sending it again with every clip's data when that one missed."""
         references, sending = await self.clips.plan(body.keys)
         try:
-            upstream = await self._send(pool, target, headers, body, references)
+            upstream = await self._send(pool, target, headers, body, references, sending)
             if not references:
                 return await answer(_Watched(upstream, [], upstream.chunks(), sending))
             reason, held, rest = await _first_answer(upstream)
@@ -75,7 +75,7 @@ class ReferenceRelay:
             self.clips.forget(body.keys)
             sending.ended()
             sending = self.clips.sending(list(body.keys))
-            upstream = await self._send(pool, target, headers, body, frozenset())
+            upstream = await self._send(pool, target, headers, body, frozenset(), sending)
             return await answer(_Watched(upstream, [], upstream.chunks(), sending))
         finally:
             sending.ended()
@@ -97,13 +97,17 @@ class ReferenceRelay:
         headers: Sequence[tuple[str, str]],
         body: ReferencedBody,
         references: frozenset[ClipKey],
+        sending: Sending,
     ) -> UpstreamResponse:
         payload = body.render(references)
         count, _ = body.by_reference(references)
         self._parts["reference"].inc(count)
         self._parts["data"].inc(len(body.parts) - count)
         with upstream_errors(pool):
-            return await pool.request("POST", target, headers, payload)
+            upstream = await pool.request("POST", target, headers, payload)
+        if 200 <= upstream.status < 300 and _is_event_stream(upstream):
+            sending.rendered()
+        return upstream
 
 
 async def _first_answer(

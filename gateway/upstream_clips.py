@@ -10,8 +10,9 @@ costs misses, which the reference relay answers by sending the data again.
 
 Requests for a clip whose data is on its way upstream (a seed in flight) wait for it, up to
 `wait_seconds` after the seed was sent, then go by reference: vLLM holds the clip once it has
-preprocessed the seed, long before a non-streamed seed's answer is complete. Only the event
-loop touches the record, so it needs no lock.
+preprocessed the seed, long before a non-streamed seed's answer is complete. A streamed seed
+says so itself (vLLM starts the stream after preprocessing): its 2xx head releases them at
+once. Only the event loop touches the record, so it needs no lock.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class _Seed:
 
     sent_at: float  # loop time the first of them was sent
     count: int = 1
-    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)  # followers need not wait
 
 
 class Sending:
@@ -63,6 +64,13 @@ class Sending:
         """Take `other`'s clips into this request's."""
         self._keys.extend(other._keys)
         other._open = False
+
+    def rendered(self) -> None:
+        """The upstream answered with a 2xx stream: vLLM starts a stream only once it has
+        preprocessed the request, so it holds the clips now. Their followers stop waiting and
+        go by reference; the clips are recorded when the answer succeeds."""
+        if self._open:
+            self._record.release(self._keys)
 
     def succeeded(self) -> None:
         """The upstream took the request (a complete 2xx, or a streamed answer's first
@@ -144,7 +152,12 @@ class UpstreamClips:
             seed.count -= 1
             if held or seed.count == 0:
                 del self._seeds[key]
-                seed.settled.set()
+                seed.released.set()
+
+    def release(self, keys: Iterable[ClipKey]) -> None:
+        for key in keys:
+            if (seed := self._seeds.get(key)) is not None:
+                seed.released.set()
 
     def forget(self, keys: Iterable[ClipKey]) -> None:
         """The upstream missed these clips: send their data next time."""
@@ -158,9 +171,9 @@ class UpstreamClips:
 
     async def _wait(self, seed: _Seed) -> None:
         remaining = seed.sent_at + self.wait_seconds - asyncio.get_running_loop().time()
-        if remaining <= 0 or seed.settled.is_set():
+        if remaining <= 0 or seed.released.is_set():
             return
         # asyncio.timeout, not wait_for: no task per waiting request
         with contextlib.suppress(TimeoutError):  # then the clip goes by reference
             async with asyncio.timeout(remaining):
-                await seed.settled.wait()
+                await seed.released.wait()

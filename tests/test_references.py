@@ -577,3 +577,22 @@ async def test_a_wait_shorter_than_preprocessing_costs_a_retry_not_an_error(
     await asyncio.gather(seed, chat(client, {"audio_path": "a.wav"}))
     figures = await reference_metrics(client)
     assert figures["reference"] == 1 and figures["cache_miss"] == 1
+
+
+async def test_a_streamed_seed_releases_its_followers_when_its_stream_starts(
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+) -> None:
+    # vLLM starts a stream only after preprocessing: the seed's 2xx head means it holds the
+    # clip, so followers go by reference while the seed is still streaming (held by the stub).
+    client = await make_gateway(splice={**REFERENCE, "reference_wait_ms": 60_000})
+    seed = await client.post(
+        CHAT, json=chat_body({"audio_path": "a.wav"}, stream=True), headers={"X-Stub-Hold": "1"}
+    )
+    assert seed.status == 200
+    follower = await asyncio.wait_for(chat(client, {"audio_path": "a.wav"}), BOUND_SECONDS)
+    assert follower["stub"]["clips"][0]["source"] == "uuid"
+    assert sent_parts(stub) == [reference_part(audio_dir / "a.wav")]
+    stub.hold.set()
+    await seed.read()
+    figures = await reference_metrics(client)
+    assert (figures["data"], figures["reference"], figures["cache_miss"]) == (1, 1, 0)
