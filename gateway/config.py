@@ -185,7 +185,7 @@ class CacheConfig(_Section):
     max_item_bytes: ByteSize = 64 * 1024**2
 
 
-REFERENCE_WAIT_MS = 50  # measured against the stub: README, "Repeated clips by reference"
+REFERENCE_WAIT_MS = 100  # measured against the stub: README, "Repeated clips by reference"
 
 
 class SpliceConfig(_Section):
