@@ -65,18 +65,20 @@ class ReferenceRelay:
         try:
             upstream = await self._send(pool, target, headers, body, references, sending)
             if not references:
-                return await answer(_Watched(upstream, [], upstream.chunks(), sending))
+                return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
             reason, held, rest = await _first_answer(upstream)
             if reason is None:
                 self._saved.inc(body.by_reference(references)[1])
-                return await answer(_Watched(upstream, held, rest, sending))
+                if _is_ok_stream(upstream):  # held back until content (or its clean end)
+                    sending.succeeded()
+                return await answer(_Watched(upstream, held, rest, sending, watch=False))
             upstream.close()
             self._retries[reason].inc()
             self.clips.forget(body.keys)
             sending.ended()
             sending = self.clips.sending(list(body.keys))
             upstream = await self._send(pool, target, headers, body, frozenset(), sending)
-            return await answer(_Watched(upstream, [], upstream.chunks(), sending))
+            return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
         finally:
             sending.ended()
 
@@ -105,7 +107,7 @@ class ReferenceRelay:
         self._parts["data"].inc(len(body.parts) - count)
         with upstream_errors(pool):
             upstream = await pool.request("POST", target, headers, payload)
-        if 200 <= upstream.status < 300 and _is_event_stream(upstream):
+        if _is_ok_stream(upstream):
             sending.rendered()
         return upstream
 
@@ -121,7 +123,7 @@ async def _first_answer(
             return "upstream_error", [], _nothing()
         if upstream.status == 400:
             return await _bad_request(upstream)
-        if 200 <= upstream.status < 300 and _is_event_stream(upstream):
+        if _is_ok_stream(upstream):
             return await _held_back(upstream)
         return None, [], upstream.chunks()
     except BaseException:
@@ -164,8 +166,10 @@ async def _held_back(
             return None, held, chunks
 
 
-def _is_event_stream(upstream: UpstreamResponse) -> bool:
-    return (upstream.header(b"content-type") or b"").startswith(b"text/event-stream")
+def _is_ok_stream(upstream: UpstreamResponse) -> bool:
+    """A 2xx event stream: vLLM's streamed chat answer."""
+    content_type = upstream.header(b"content-type") or b""
+    return 200 <= upstream.status < 300 and content_type.startswith(b"text/event-stream")
 
 
 async def _nothing() -> AsyncIterator[bytes]:
@@ -175,7 +179,8 @@ async def _nothing() -> AsyncIterator[bytes]:
 
 class _Watched(UpstreamResponse):
     """The upstream response with the pieces already read put back in front; it marks the
-    request's clips as held once the answer succeeded (complete, or streamed content)."""
+    request's clips as held once the answer succeeded: complete, or with `watch`, a 2xx
+    stream's first content."""
 
     def __init__(
         self,
@@ -183,6 +188,8 @@ class _Watched(UpstreamResponse):
         held: list[bytes],
         rest: AsyncIterator[bytes],
         sending: Sending,
+        *,
+        watch: bool,
     ) -> None:
         # Not UpstreamResponse.__init__: this one delegates to `upstream`, it owns no connection.
         self._upstream = upstream
@@ -192,11 +199,8 @@ class _Watched(UpstreamResponse):
         self._held = held
         self._rest = rest
         self._sending = sending
-        ok = 200 <= upstream.status < 300
-        self._watch = AnswerWatch() if ok and _is_event_stream(upstream) else None
-        self._ok = ok
-        for chunk in held:
-            self._see(chunk)
+        self._ok = 200 <= upstream.status < 300
+        self._watch = AnswerWatch() if watch and _is_ok_stream(upstream) else None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         held, self._held = self._held, []
