@@ -42,6 +42,7 @@ PREPROCESS_DELAY_MS = 20.0  # the stub's: vLLM decodes a data-carrying request b
 WAVES_IN_FLIGHT = 4
 CONVERSATIONS_IN_FLIGHT = 16
 TURNS = 4
+ROUNDS = 2  # per (phase, mode): data, reference, reference, data
 REQUEST_TIMEOUT_SECONDS = 120
 VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
 FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu.py"
@@ -64,16 +65,41 @@ class Tally:
             self.error_samples.append(sample[:300])
 
 
-def run_repeats(
-    bench: BenchRun, clipset: ClipSet, wait_ms: int | None = None
-) -> list[dict[str, Any]]:
-    """Every phase in both modes; one row per (phase, mode)."""
+def run_repeats(bench: BenchRun, clipset: ClipSet, rounds: int = ROUNDS) -> list[dict[str, Any]]:
+    """Every phase in both modes, `rounds` times each in ABBA order (data, reference,
+    reference, data, ...: a drifting machine load falls on both alike), pooled into one row
+    per (phase, mode)."""
     rows = []
     for phase in PHASES:
-        for mode in REPEATS_MODES:
-            rows.append(run_phase(bench, clipset, phase, mode, wait_ms))
-            bench.step(f"repeats: {phase} {mode}")
+        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in REPEATS_MODES}
+        for index in range(rounds):
+            order = REPEATS_MODES if index % 2 == 0 else REPEATS_MODES[::-1]
+            for mode in order:
+                runs[mode].append(run_phase(bench, clipset, phase, mode))
+                bench.step(f"repeats: {phase} {mode} round {index + 1}")
+        rows += [pool_runs(runs[mode]) for mode in REPEATS_MODES]
     return rows
+
+
+def pool_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from several runs of a (phase, mode): totals summed, per-request figures
+    weighted by requests, latencies and the other per-run figures from the first run."""
+    if len(runs) == 1:
+        return runs[0]
+    pooled = dict(runs[0])
+    requests = sum(r["requests"] for r in runs)
+    pooled["rounds"] = len(runs)
+    for key in ("requests", "errors", "mismatched", "wall_seconds", "upstream_requests"):
+        pooled[key] = sum(r[key] for r in runs)
+    for key in ("upstream_bytes_per_request", "gateway_cpu_ms_per_request", "retries_per_1k"):
+        pooled[key] = sum(r[key] * r["requests"] for r in runs) / max(requests, 1)
+    for key in ("decodes_per_wave", "frontend_audio_cpu_ms_per_wave"):
+        values = [r[key] for r in runs]
+        pooled[key] = None if None in values else sum(values) / len(values)
+    pooled["rps"] = requests / pooled["wall_seconds"] if pooled["wall_seconds"] else 0.0
+    pooled["gateway_cpu_ms_per_request_runs"] = [r["gateway_cpu_ms_per_request"] for r in runs]
+    pooled["runs"] = runs
+    return pooled
 
 
 def run_phase(
@@ -408,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", type=int, default=WORKLOAD_REPEATS.clips)
     parser.add_argument("--wait-sweep", type=int, nargs="*", metavar="MS", default=None,
                         help="only sweep reference_wait_ms over these values")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="runs per (phase, mode)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     workload = dataclasses.replace(WORKLOAD_REPEATS, clips=args.clips)
@@ -418,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = sweep_wait(bench, clipset, args.wait_sweep)
             lines = sweep_section(rows)
         else:
-            rows = run_repeats(bench, clipset)
+            rows = run_repeats(bench, clipset, args.rounds)
             lines = repeats_section(rows)
     print("\n".join(lines))
     if args.json:

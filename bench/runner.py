@@ -28,7 +28,7 @@ from .encode import measure_encode
 from .loadgen import LoadGeneratorProcess
 from .objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
 from .points import merge_runs, summarise
-from .repeats import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, run_repeats
+from .repeats import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
 from .workloads import (
     Clip,
     ClipSet,
@@ -303,7 +303,7 @@ def total_steps(scenario: Scenario, mode_count: int) -> int:
             steps += 2 * len(OBJECT_MODES)
             continue
         if workload.key == REPEATS_WORKLOAD_KEY:
-            steps += len(PHASES) * len(REPEATS_MODES)
+            steps += len(PHASES) * len(REPEATS_MODES) * ROUNDS
             continue
         steps += mode_count * (1 + len(workload.concurrency) * max(1, scenario.rounds))
     if scenario.huge_clip_bytes:
