@@ -492,3 +492,33 @@ def test_the_stubs_cache_key_follows_vllms_mm_hash() -> None:
         stub_keys.append(item_key(HeldPart(KEY), "stub-audio-model", hash_factors(body)))
     assert [k == KEY for k in vllm_keys] == [k == KEY for k in stub_keys]
     assert [vllm_keys.index(k) for k in vllm_keys] == [stub_keys.index(k) for k in stub_keys]
+
+
+async def test_the_frontend_cpu_tool_decodes_data_parts_and_skips_uuid_only_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, audio_dir: Path, clips: dict[str, Path]
+) -> None:
+    """bench/vllm_frontend_cpu.py on bodies the stub recorded: vLLM decodes (and resamples)
+    the clip that came as data, and loads nothing for the uuid-only parts."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bench.vllm_frontend_cpu import measure, read_bodies
+    from gateway.stub_upstream import create_stub_app
+
+    monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", _Tracker)  # restored after
+    path = clips["stereo44.wav"]
+    key = hashlib.sha256(path.read_bytes()).hexdigest()
+    uuid_only = {"type": "audio_url", "audio_url": None, "uuid": key}
+    recorded = tmp_path / "bodies.jsonl"
+    app = create_stub_app(str(audio_dir.parent), record_bodies=str(recorded))
+    async with TestClient(TestServer(app)) as client:
+        for body in (
+            user_body(data_parts(path, key)["audio_url"]),
+            user_body(uuid_only, uuid_only),
+        ):
+            assert (await client.post("/v1/chat/completions", json=body)).status == 200
+    report = await measure(await asyncio.to_thread(read_bodies, recorded), repeat=2)
+    assert [(c.decoded, c.by_reference) for c in report.per_body] == [(1, 0), (0, 2)]
+    assert (report.audio_items_decoded, report.audio_items_by_reference) == (1, 2)
+    assert report.cpu_seconds_total == sum(c.cpu_ms for c in report.per_body) / 1000
