@@ -3,7 +3,7 @@
 Run with the vllm-compat venv's python (`VLLM_COMPAT_VENV=/work/venv-vllm .ci/vllm-compat`
 builds it), from the repository root:
 
-    /work/venv-vllm/bin/python -m bench.vllm_frontend_cpu BODIES.jsonl [--json OUT.json]
+    /work/venv-vllm/bin/python -m bench.vllm_frontend_cpu BODIES.jsonl [--json [OUT.json]]
 
 BODIES.jsonl holds one chat-completions body a line, as the stub writes them
 (`python -m gateway.stub_upstream --record-bodies BODIES.jsonl`). For each body, in process and
@@ -21,16 +21,18 @@ without an engine or weights, it runs what a vLLM API server runs before its mul
 Not counted: the chat template and tokenisation (the same with or without data), and the HF
 processor (skipped on a cache hit either way). CPU is the process's (`time.process_time`,
 every thread), bodies one at a time, so each body's figure is its own. With `--repeat N` each
-body runs N times and its median counts. vLLM resamples with torchaudio by default; where
-torchaudio does not import (the lean venv has none: vLLM pins a CUDA build) this uses soxr and
-says so (`resample_method` in the output). 16 kHz mono clips are not resampled at all.
+body runs N times (default 3) and its median counts. vLLM resamples with torchaudio by
+default; where torchaudio does not import (the lean venv has none: vLLM pins a CUDA build)
+this uses soxr and says so (`resample_method` in the output). 16 kHz mono clips are not
+resampled at all.
 soundfile is the cheapest decoder here; vLLM's default `auto` tries torchcodec first, which on a
 host without FFmpeg fails and logs a warning per clip before falling back to soundfile (several
 ms more per clip): the default understates what a decode costs.
 
-The output (stdout, and `--json`): bodies, cpu_seconds_total, cpu_ms_per_body (mean, p50,
-max), audio_items_decoded, audio_items_by_reference (uuid-only), per_body (cpu_ms, decoded,
-by_reference), resample_method, audio_backend.
+The output, JSON on stdout (vLLM logs to stderr): bodies, audio_cpu_seconds (the total),
+audio_cpu_ms_per_body (mean, p50, max), audio_items_decoded, audio_items_by_reference
+(uuid-only), resample_method, audio_backend; with `--json` also per_body (cpu_ms, decoded,
+by_reference, in file order), and with `--json OUT.json` the whole report goes to that file.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ class BodyCost:
 @dataclass
 class Report:
     bodies: int
-    cpu_seconds_total: float
-    cpu_ms_per_body: dict[str, float]
+    audio_cpu_seconds: float
+    audio_cpu_ms_per_body: dict[str, float]
     audio_items_decoded: int
     audio_items_by_reference: int
     resample_method: str
@@ -178,8 +180,8 @@ async def measure(
     cpu = [c.cpu_ms for c in costs] or [0.0]
     return Report(
         bodies=len(costs),
-        cpu_seconds_total=sum(cpu) / 1000,
-        cpu_ms_per_body={
+        audio_cpu_seconds=sum(cpu) / 1000,
+        audio_cpu_ms_per_body={
             "mean": statistics.fmean(cpu),
             "p50": statistics.median(cpu),
             "max": max(cpu),
@@ -199,8 +201,17 @@ def read_bodies(path: Path) -> list[bytes]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bodies", type=Path, help="JSONL: one chat-completions body a line")
-    parser.add_argument("--json", type=Path, default=None, help="write the report here too")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per body (median counts)")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="OUT",
+        help="the whole report, per body included: on stdout, or written to OUT",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per body, the median counts (default 3)"
+    )
     parser.add_argument(
         "--allowed-local-media-path", default=None, help="vLLM's flag, for file:// parts"
     )
@@ -220,10 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     result = asdict(report)
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    summary = {k: v for k, v in result.items() if k != "per_body"}
-    print(json.dumps(summary, indent=1))
+    if args.json not in (None, "-"):
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    shown = result if args.json == "-" else {k: v for k, v in result.items() if k != "per_body"}
+    print(json.dumps(shown, indent=1))
     return 0
 
 

@@ -315,7 +315,9 @@ async def test_bad_query_parameters_are_refused_and_keep_the_cache(
     await ok_clips(client, data_part(tones[0], key))
     response = await client.post(route)
     assert response.status == 400
-    assert (await response.json())["error"]["param"] == route.split("?")[1].split("=")[0]
+    error = (await response.json())["error"]
+    assert error["param"] == "query." + route.split("?")[1].split("=")[0]
+    assert error["type"] == "Bad Request"
     await ok_clips(client, uuid_only(key))
 
 

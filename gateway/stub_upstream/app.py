@@ -93,7 +93,7 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
         return response
     except StubRejection as exc:
         state.rejected += 1
-        return vllm_error(str(exc), param=exc.param)
+        return vllm_error(str(exc), kind=exc.kind, param=exc.param)
 
 
 def vllm_error(
