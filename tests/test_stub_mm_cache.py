@@ -315,7 +315,9 @@ async def test_bad_query_parameters_are_refused_and_keep_the_cache(
     await ok_clips(client, data_part(tones[0], key))
     response = await client.post(route)
     assert response.status == 400
-    assert (await response.json())["error"]["param"] == route.split("?")[1].split("=")[0]
+    error = (await response.json())["error"]
+    assert error["param"] == "query." + route.split("?")[1].split("=")[0]
+    assert error["type"] == "Bad Request"
     await ok_clips(client, uuid_only(key))
 
 
@@ -419,3 +421,45 @@ async def test_recorded_bodies_are_the_chat_bodies_one_a_line(
         assert stub_client.app is not None and stub_client.app[stub_state_key].rejected == 1
     lines = path.read_bytes().splitlines()
     assert [json.loads(line) for line in lines] == sent  # the missed one too: vLLM parsed it
+
+
+async def test_the_command_line_sets_the_cache_the_delay_and_the_body_record(
+    tmp_path: Path, tones: list[Path]
+) -> None:
+    """`python -m gateway.stub_upstream` with the new flags, as bench/ starts it."""
+    import sys
+
+    import aiohttp
+
+    from bench.modes import free_port
+
+    port, record = free_port(), tmp_path / "bodies.jsonl"
+    argv = ["--port", str(port), "--mm-processor-cache-gb", str(TWO_CLIPS_GB)]
+    argv += ["--mm-preprocess-delay-ms", "1", "--record-bodies", str(record)]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.stub_upstream", *argv
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(200):  # up within 10 s
+                try:
+                    async with session.get(url + "/health") as health:
+                        if health.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+            key = sha256_of(tones[0])
+            for part in (data_part(tones[0], key), uuid_only(key)):
+                async with session.post(url + "/v1/chat/completions", json=body(part)) as reply:
+                    assert reply.status == 200, await reply.text()
+            async with session.get(url + "/stub/state") as reply:
+                stats = await reply.json()
+    finally:
+        process.terminate()
+        await process.wait()
+    assert stats["decodes"] == 1 and stats["mm_cache"]["capacity_bytes"] == 40_000
+    assert [
+        json.loads(line)["messages"][0]["content"][0].get("uuid")
+        for line in record.read_bytes().splitlines()
+    ] == [key, key]

@@ -54,8 +54,8 @@ def create_stub_app(
         record=record,
         responses_accept_audio=responses_accept_audio,
         mm_cache=MmProcessorCache(
-            int(mm_processor_cache_gb * GIB),
-            None if mm_engine_cache_gb is None else int(mm_engine_cache_gb * GIB),
+            round(mm_processor_cache_gb * GIB),
+            None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB),
         ),
         mm_preprocess_delay_seconds=mm_preprocess_delay_seconds,
         body_log=BodyLog(record_bodies) if record_bodies else None,
@@ -93,7 +93,7 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
         return response
     except StubRejection as exc:
         state.rejected += 1
-        return vllm_error(str(exc), param=exc.param)
+        return vllm_error(str(exc), kind=exc.kind, param=exc.param)
 
 
 def vllm_error(

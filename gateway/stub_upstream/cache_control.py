@@ -95,7 +95,7 @@ async def sleep(request: web.Request) -> web.Response:
     """`level` 0-2 (default 1; from 1 the cache is emptied), `mode` as for /pause."""
     raw = request.query.get("level", "1")
     if not raw.lstrip("-").isdigit() or not 0 <= int(raw) <= 2:
-        raise StubRejection(f"level must be an integer from 0 to 2, not {raw!r}", param="level")
+        raise _query_error("level", "an integer from 0 to 2", raw)
     _choice(request, "mode", PAUSE_MODES)
     if int(raw) >= 1:
         request.app[stub_state_key].mm_cache.clear()
@@ -145,7 +145,7 @@ async def lose_in_engine(request: web.Request) -> web.Response:
 def _choice(request: web.Request, name: str, allowed: tuple[str, ...]) -> str:
     value = request.query.get(name, allowed[0])
     if value not in allowed:
-        raise StubRejection(f"{name} must be one of {list(allowed)}, not {value!r}", param=name)
+        raise _query_error(name, f"one of {list(allowed)}", value)
     return value
 
 
@@ -155,4 +155,12 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
         return default
     if raw.lower() in TRUE_WORDS | FALSE_WORDS:
         return raw.lower() in TRUE_WORDS
-    raise StubRejection(f"{name} must be a boolean, not {raw!r}", param=name)
+    raise _query_error(name, "a valid boolean", raw)
+
+
+def _query_error(name: str, expected: str, value: str) -> StubRejection:
+    """vLLM's handler for FastAPI's RequestValidationError: a 400 "Bad Request" naming
+    `query.<name>` (`exception_handling/handlers/validation.py`); the message is shorter."""
+    error = {"loc": f"query.{name}", "msg": f"Input should be {expected}", "input": value}
+    message = f"1 validation error:\n  {error}"
+    return StubRejection(message, param=f"query.{name}", kind="Bad Request")

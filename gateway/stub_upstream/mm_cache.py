@@ -141,7 +141,10 @@ class MmProcessorCache:
     def _merge(self, item: AudioItem, key: str, is_held: bool) -> ClipReport:
         if is_held:
             self.hits += 1
-            return dataclasses.replace(self._p0[key], source=item.source)  # [] touches
+            held = self._p0[key]  # [] touches
+            if isinstance(item, ClipReport) and item.uuid is None:
+                return item  # held by its content: the same clip
+            return dataclasses.replace(held, source=item.source, uuid=item.uuid)
         assert isinstance(item, ClipReport)
         self.misses += 1
         _put_if_fits(self._p0, key, item)
