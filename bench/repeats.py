@@ -47,6 +47,7 @@ REQUEST_TIMEOUT_SECONDS = 120
 VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
 FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu.py"
 FRONTEND_TIMEOUT_SECONDS = 1800
+AUDIO_PARTS = ("audio_url", "input_audio")
 
 
 @dataclass
@@ -93,7 +94,11 @@ def pool_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         pooled[key] = sum(r[key] for r in runs)
     for key in ("upstream_bytes_per_request", "gateway_cpu_ms_per_request", "retries_per_1k"):
         pooled[key] = sum(r[key] * r["requests"] for r in runs) / max(requests, 1)
-    for key in ("decodes_per_wave", "frontend_audio_cpu_ms_per_wave"):
+    for key in (
+        "decodes_per_wave",
+        "frontend_audio_cpu_ms_per_wave",
+        "frontend_body_cpu_ms_per_wave",
+    ):
         values = [r[key] for r in runs]
         pooled[key] = None if None in values else sum(values) / len(values)
     pooled["rps"] = requests / pooled["wall_seconds"] if pooled["wall_seconds"] else 0.0
@@ -171,8 +176,11 @@ def summarise_phase(
         "decodes_per_wave": (state.get("decodes") or 0) / waves,
         "frontend": frontend,
         "frontend_audio_cpu_ms_per_wave": None
-        if frontend is None
+        if frontend is None or frontend["audio_cpu_seconds"] is None
         else 1000 * frontend["audio_cpu_seconds"] / waves,
+        "frontend_body_cpu_ms_per_wave": None
+        if frontend is None or frontend.get("body_cpu_seconds") is None
+        else 1000 * frontend["body_cpu_seconds"] / waves,
     }
     return row
 
@@ -240,11 +248,41 @@ def vllm_python() -> str | None:
 
 
 def frontend_cpu(bodies: Path) -> dict[str, Any] | None:
-    """vLLM 0.33's frontend audio CPU on the recorded bodies, or None without its venv/tool."""
+    """vLLM 0.33's frontend CPU on the recorded bodies, and its audio share: minus the same
+    bodies with their audio parts taken out (JSON parsing and request validation of the rest
+    of a body are not audio work, and a uuid-only body still pays them). None without the
+    vllm venv or the tool."""
     python = vllm_python()
     if python is None or not FRONTEND_TOOL.is_file():
         return None
-    command = [python, str(FRONTEND_TOOL), str(bodies), "--json"]
+    whole = _run_frontend_tool(python, bodies)
+    text = _run_frontend_tool(python, without_audio(bodies))
+    if "error" in whole or "error" in text:
+        return {"error": whole.get("error") or text.get("error"), "audio_cpu_seconds": None}
+    return {
+        "audio_cpu_seconds": whole["audio_cpu_seconds"] - text["audio_cpu_seconds"],
+        "body_cpu_seconds": whole["audio_cpu_seconds"],
+        "text_only_cpu_seconds": text["audio_cpu_seconds"],
+        "whole": whole,
+    }
+
+
+def without_audio(bodies: Path) -> Path:
+    """The bodies with every audio part removed (the baseline of `frontend_cpu`)."""
+    out = bodies.with_name(bodies.stem + "-text.jsonl")
+    with open(bodies, "rb") as source, open(out, "wb") as target:
+        for line in source:
+            body = json.loads(line)
+            for message in body.get("messages") or []:
+                content = message.get("content")
+                if isinstance(content, list):
+                    message["content"] = [p for p in content if p.get("type") not in AUDIO_PARTS]
+            target.write(json.dumps(body).encode() + b"\n")
+    return out
+
+
+def _run_frontend_tool(python: str, bodies: Path) -> dict[str, Any]:
+    command = [python, "-m", "bench.vllm_frontend_cpu", str(bodies)]
     done = subprocess.run(
         command,
         capture_output=True,

@@ -69,12 +69,13 @@ def repeats_section(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["", f"## Workload (repeats): {rows[0]['waves']} clips, data vs reference", ""]
     header = ["phase", "mode", "requests", "req/s", "p50 ms", "upstream KB/req",
               "gateway CPU ms/req", "retries /1k", "stub decodes /wave",
-              "vLLM audio CPU ms/wave", "errors"]  # fmt: skip
+              "vLLM audio CPU ms/wave", "vLLM body CPU ms/wave", "errors"]  # fmt: skip
     body = [
         [r["phase"], r["mode"], str(r["requests"]), _fmt(r["rps"], ".0f"), _fmt(r["p50_ms"]),
          _fmt(r["upstream_bytes_per_request"] / 1000, ".1f"),
          _fmt(r["gateway_cpu_ms_per_request"], ".3f"), _fmt(r["retries_per_1k"], ".1f"),
          _fmt(r["decodes_per_wave"]), _fmt(r.get("frontend_audio_cpu_ms_per_wave")),
+         _fmt(r.get("frontend_body_cpu_ms_per_wave")),
          str(r["errors"] + r["mismatched"])]
         for r in rows
     ]  # fmt: skip
@@ -90,6 +91,11 @@ def repeats_section(rows: list[dict[str, Any]]) -> list[str]:
             "vLLM's frontend audio CPU was not measured (no vllm venv or "
             "bench/vllm_frontend_cpu.py): the audio goals use the stub's decodes.",
         ]
+    lines += ["", "vLLM audio CPU: `bench/vllm_frontend_cpu.py` (vLLM 0.33's JSON + request "
+              "validation, content-part parsing with media fetch and decode, data parser) on "
+              "the bodies the stub received, minus the same bodies with their audio parts "
+              "taken out; body CPU: the whole bodies (a uuid-only body still pays JSON and "
+              "validation of its text)."]  # fmt: skip
     lines += ["", "A wave is one clip's 16 seeds sent together (4 waves in flight); turns: "
               "one 4-turn conversation (16 in flight). Fresh stub (processor cache, "
               "preprocessing delay, body log) and gateway per row; upstream bytes are the "
