@@ -130,7 +130,9 @@ def run_phase(
     finally:
         stub.stop()
     waves = len(clipset.clips)
-    return summarise_phase(phase, mode, tally, wall, gateway_cpu, metrics, state, bodies, waves)
+    row = summarise_phase(phase, mode, tally, wall, gateway_cpu, metrics, state, bodies, waves)
+    row["clip_bytes"] = sum(clip.size for clip in clipset.clips) / waves
+    return row
 
 
 def summarise_phase(
@@ -407,6 +409,35 @@ def _streamed_answer(raw: bytes) -> tuple[dict[str, Any] | None, str]:
 
 # --- standalone: `python -m bench.repeats` -----------------------------------------------------
 
+STEREO_RATE_HZ = 44_100
+STEREO_SECONDS = 3.0  # ~529 KB: vLLM decodes, down-mixes and resamples it to 16 kHz mono
+
+
+def make_stereo_clips(count: int, audio_root: Path, seeds: int) -> ClipSet:
+    """`count` distinct 44.1 kHz stereo 16-bit WAV clips of STEREO_SECONDS (seeded noise)."""
+    import random
+    import wave
+
+    from .workloads import Workload, file_sha256
+
+    folder = audio_root / "repeats-stereo"
+    folder.mkdir(parents=True, exist_ok=True)
+    clips = []
+    for index in range(count):
+        path = folder / f"clip_{index:04d}.wav"
+        frames = int(STEREO_RATE_HZ * STEREO_SECONDS)
+        with wave.open(str(path), "wb") as clip:
+            clip.setnchannels(2)
+            clip.setsampwidth(2)
+            clip.setframerate(STEREO_RATE_HZ)
+            clip.writeframes(random.Random(f"stereo-{index}").randbytes(frames * 4))
+        clips.append(Clip(f"repeats-stereo/{path.name}", path, path.stat().st_size,
+                          file_sha256(path)))  # fmt: skip
+    workload = Workload(
+        "repeats-stereo", "repeats: 44.1 kHz stereo", count, clips[0].size, seeds, (16,)
+    )
+    return ClipSet(workload, tuple(clips), tuple(range(count)))
+
 
 def sweep_wait(bench: BenchRun, clipset: ClipSet, waits: list[int]) -> list[dict[str, Any]]:
     """The `waves` phase in reference mode at each `reference_wait_ms`: what a wait shorter
@@ -470,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bench.repeats", description=__doc__)
     parser.add_argument("--clips", type=int, default=WORKLOAD_REPEATS.clips)
+    parser.add_argument("--stereo", action="store_true",
+                        help=f"{STEREO_SECONDS:g} s 44.1 kHz stereo clips instead of ~56 KB "
+                        "16 kHz mono ones")  # fmt: skip
     parser.add_argument("--wait-sweep", type=int, nargs="*", metavar="MS", default=None,
                         help="only sweep reference_wait_ms over these values")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="runs per (phase, mode)")
@@ -478,7 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     workload = dataclasses.replace(WORKLOAD_REPEATS, clips=args.clips)
     with tempfile.TemporaryDirectory(prefix="audio-gateway-repeats-") as tmp:
         bench = _StandaloneBench(Path(tmp))
-        clipset = make_clips(workload, bench.audio_root)
+        if args.stereo:
+            clipset = make_stereo_clips(args.clips, bench.audio_root, workload.seeds)
+        else:
+            clipset = make_clips(workload, bench.audio_root)
         if args.wait_sweep:
             rows = sweep_wait(bench, clipset, args.wait_sweep)
             lines = sweep_section(rows)

@@ -66,7 +66,9 @@ def repeats_section(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     measured = all(r.get("frontend_audio_cpu_ms_per_wave") is not None for r in rows)
-    lines = ["", f"## Workload (repeats): {rows[0]['waves']} clips, data vs reference", ""]
+    clip_kb = rows[0].get("clip_bytes", 0) / 1000
+    lines = ["", f"## Workload (repeats): {rows[0]['waves']} clips of ~{clip_kb:.0f} KB, "
+             "data vs reference", ""]  # fmt: skip
     header = ["phase", "mode", "requests", "req/s", "p50 ms", "upstream KB/req",
               "gateway CPU ms/req", "retries /1k", "stub decodes /wave",
               "vLLM audio CPU ms/wave", "vLLM body CPU ms/wave", "errors"]  # fmt: skip
