@@ -25,7 +25,7 @@ from .encoder import EncodedAudio, StreamedAudio
 from .errors import InvalidRequest
 from .formats import input_audio_format
 from .metrics import GatewayMetrics
-from .referenced_body import ClipPart, ReferencedBody, object_uuid
+from .referenced_body import ReferencedBody, object_uuid
 from .sidechannel import (
     LEGACY_INLINE_KEY,
     InlineAudio,
@@ -38,7 +38,6 @@ from .sources import AudioSource
 from .sources.local import LocalClip
 from .sources.objects import ObjectClip, ObjectSources, object_sources
 from .splice import Part, splice_chat, splice_responses
-from .upstream_clips import kwargs_key
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +157,8 @@ class RewritePipeline:
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             shape.splice(body, parts)
             if shape.references and referable(clips, parts):
-                return referenced_body(body, placeholders, clips, parts)
+                sizes = [_base64_bytes(clip) for clip in clips]
+                return ReferencedBody.of(body, placeholders, parts, sizes)
             return SegmentedPayload(placeholders.render(body))
         except BaseException:
             await _close_streams(clips)
@@ -309,39 +309,14 @@ def referable(clips: Sequence[LoadedClip], parts: Sequence[Part]) -> bool:
     return not streamed and all("uuid" in part for part in parts)
 
 
-def referenced_body(
-    body: dict[str, Any],
-    placeholders: Placeholders,
-    clips: Sequence[LoadedClip],
-    parts: Sequence[Part],
-) -> ReferencedBody:
-    kwargs = kwargs_key(body)
-    numbers = iter(range(len(placeholders)))  # one placeholder per part with bytes, in order
-    clip_parts = []
-    for clip, part in zip(clips, parts, strict=True):
-        by_url = isinstance(clip, PathClip) and clip.url is not None
-        field = part["type"]
-        clip_parts.append(
-            ClipPart(
-                part,
-                field,
-                part[field],
-                (part["uuid"], kwargs),
-                None if by_url else next(numbers),
-                0 if by_url else _base64_bytes(clip),
-            )
-        )
-    return ReferencedBody(body, placeholders, clip_parts)
-
-
-def _base64_bytes(clip: LoadedClip) -> int:
+def _base64_bytes(clip: LoadedClip) -> int | None:
+    """The base64 a clip's part carries; None for a clip that goes as a URL."""
     if isinstance(clip, InlineAudio):
         return len(clip.payload)
-    return (
-        sum(len(piece) for piece in clip.audio.pieces)
-        if isinstance(clip.audio, EncodedAudio)
-        else 0
-    )
+    if clip.url is not None:
+        return None
+    audio = clip.audio
+    return sum(len(piece) for piece in audio.pieces) if isinstance(audio, EncodedAudio) else 0
 
 
 def _content_sha256(clip: LoadedClip) -> str:

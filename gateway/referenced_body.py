@@ -17,7 +17,7 @@ from typing import Any
 from .body import Placeholders, SegmentedPayload
 from .sources.s3 import ObjectInfo
 from .splice import Part
-from .upstream_clips import ClipKey
+from .upstream_clips import ClipKey, kwargs_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,26 @@ class ReferencedBody:
         self._placeholders = placeholders
         self.parts = tuple(parts)
         self.keys = tuple(dict.fromkeys(part.key for part in parts))
+
+    @classmethod
+    def of(
+        cls,
+        body: dict[str, Any],
+        placeholders: Placeholders,
+        parts: Sequence[Part],
+        base64_sizes: Sequence[int | None],
+    ) -> ReferencedBody:
+        """The spliced `body` and its audio `parts` (each with its uuid), in clip order, with
+        the base64 size each part carries (None: a URL, no placeholder)."""
+        kwargs = kwargs_key(body)
+        numbers = iter(range(len(placeholders)))  # one placeholder per part with bytes, in order
+        clip_parts = []
+        for part, size in zip(parts, base64_sizes, strict=True):
+            field = part["type"]
+            placeholder = None if size is None else next(numbers)
+            key = (part["uuid"], kwargs)
+            clip_parts.append(ClipPart(part, field, part[field], key, placeholder, size or 0))
+        return cls(body, placeholders, clip_parts)
 
     def render(self, references: frozenset[ClipKey]) -> SegmentedPayload:
         """The body with the clips in `references` as uuid-only parts and the others whole."""
