@@ -43,6 +43,7 @@ WAVES_IN_FLIGHT = 4
 CONVERSATIONS_IN_FLIGHT = 16
 TURNS = 4
 ROUNDS = 2  # per (phase, mode): data, reference, reference, data
+PACE_REQUESTS_PER_SECOND = 250.0  # below what data mode sustains here, so both run alike
 REQUEST_TIMEOUT_SECONDS = 120
 VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
 FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu.py"
@@ -108,7 +109,12 @@ def pool_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_phase(
-    bench: BenchRun, clipset: ClipSet, phase: str, mode: str, wait_ms: int | None = None
+    bench: BenchRun,
+    clipset: ClipSet,
+    phase: str,
+    mode: str,
+    wait_ms: int | None = None,
+    rate: float = PACE_REQUESTS_PER_SECOND,
 ) -> dict[str, Any]:
     name = f"repeats-{phase}-{mode}"
     bodies = bench.workdir / f"{name}-bodies.jsonl"
@@ -120,7 +126,8 @@ def run_phase(
         try:
             before = procstat.total_cpu_seconds(gateway.pids())
             started = time.perf_counter()
-            tally = asyncio.run(drive(phase, gateway.url + "/v1/chat/completions", clipset))
+            url = gateway.url + "/v1/chat/completions"
+            tally = asyncio.run(drive(phase, url, clipset, rate))
             wall = time.perf_counter() - started
             gateway_cpu = procstat.total_cpu_seconds(gateway.pids()) - before
             metrics = read_metrics(gateway.url)
@@ -302,7 +309,8 @@ def _run_frontend_tool(python: str, bodies: Path) -> dict[str, Any]:
 # --- the driver --------------------------------------------------------------------------------
 
 
-async def drive(phase: str, url: str, clipset: ClipSet) -> Tally:
+async def drive(phase: str, url: str, clipset: ClipSet, rate: float = 0.0) -> Tally:
+    """`rate`: requests per second the driver paces itself to (0: as fast as it goes)."""
     tally = Tally()
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
@@ -311,6 +319,7 @@ async def drive(phase: str, url: str, clipset: ClipSet) -> Tally:
             await bounded(
                 CONVERSATIONS_IN_FLIGHT,
                 [conversation(session, url, clip, tally) for clip in clipset.clips],
+                TURNS / rate if rate else 0.0,
             )
         else:
             stream = phase == "waves-streamed"
@@ -318,18 +327,25 @@ async def drive(phase: str, url: str, clipset: ClipSet) -> Tally:
             await bounded(
                 WAVES_IN_FLIGHT,
                 [wave(session, url, clip, seeds, stream, tally) for clip in clipset.clips],
+                seeds / rate if rate else 0.0,
             )
     return tally
 
 
-async def bounded(limit: int, jobs: list[Awaitable[None]]) -> None:
+async def bounded(limit: int, jobs: list[Awaitable[None]], interval: float = 0.0) -> None:
+    """Run `jobs`, at most `limit` at once, the n-th starting no earlier than n x `interval`
+    seconds in: an open-loop pace, so both modes put the same load on the machine (a faster
+    mode would otherwise run the shared cores hotter and pay more CPU per request)."""
     slots = asyncio.Semaphore(limit)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
 
-    async def run(job: Awaitable[None]) -> None:
+    async def run(index: int, job: Awaitable[None]) -> None:
+        await asyncio.sleep(max(0.0, start + index * interval - loop.time()))
         async with slots:
             await job
 
-    await asyncio.gather(*(run(job) for job in jobs))
+    await asyncio.gather(*(run(index, job) for index, job in enumerate(jobs)))
 
 
 async def wave(

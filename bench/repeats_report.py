@@ -98,8 +98,9 @@ def repeats_section(rows: list[dict[str, Any]]) -> list[str]:
               "the bodies the stub received, minus the same bodies with their audio parts "
               "taken out; body CPU: the whole bodies (a uuid-only body still pays JSON and "
               "validation of its text)."]  # fmt: skip
-    lines += ["", "A wave is one clip's 16 seeds sent together (4 waves in flight); turns: "
-              "one 4-turn conversation (16 in flight). Fresh stub (processor cache, "
+    lines += ["", "A wave is one clip's 16 seeds sent together (4 waves in flight, a wave "
+              "started every 64 ms: 250 requests/s in both modes); turns: one 4-turn "
+              "conversation (16 in flight, one started every 16 ms). Fresh stub (processor cache, "
               "preprocessing delay, body log) and gateway per row; upstream bytes are the "
               "bodies the stub received, retries included."]  # fmt: skip
     return lines
