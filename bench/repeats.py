@@ -67,7 +67,12 @@ class Tally:
             self.error_samples.append(sample[:300])
 
 
-def run_repeats(bench: BenchRun, clipset: ClipSet, rounds: int = ROUNDS) -> list[dict[str, Any]]:
+def run_repeats(
+    bench: BenchRun,
+    clipset: ClipSet,
+    rounds: int = ROUNDS,
+    rate: float = PACE_REQUESTS_PER_SECOND,
+) -> list[dict[str, Any]]:
     """Every phase in both modes, `rounds` times each in ABBA order (data, reference,
     reference, data, ...: a drifting machine load falls on both alike), pooled into one row
     per (phase, mode)."""
@@ -77,7 +82,7 @@ def run_repeats(bench: BenchRun, clipset: ClipSet, rounds: int = ROUNDS) -> list
         for index in range(rounds):
             order = REPEATS_MODES if index % 2 == 0 else REPEATS_MODES[::-1]
             for mode in order:
-                runs[mode].append(run_phase(bench, clipset, phase, mode))
+                runs[mode].append(run_phase(bench, clipset, phase, mode, rate=rate))
                 bench.step(f"repeats: {phase} {mode} round {index + 1}")
         rows += [pool_runs(runs[mode]) for mode in REPEATS_MODES]
     return rows
@@ -455,13 +460,15 @@ def make_stereo_clips(count: int, audio_root: Path, seeds: int) -> ClipSet:
     return ClipSet(workload, tuple(clips), tuple(range(count)))
 
 
-def sweep_wait(bench: BenchRun, clipset: ClipSet, waits: list[int]) -> list[dict[str, Any]]:
+def sweep_wait(
+    bench: BenchRun, clipset: ClipSet, waits: list[int], rate: float = PACE_REQUESTS_PER_SECOND
+) -> list[dict[str, Any]]:
     """The `waves` phase in reference mode at each `reference_wait_ms`: what a wait shorter
     than the upstream's preprocessing costs (misses, retried with data) and what a longer one
     costs (the followers of a new clip wait)."""
     rows = []
     for wait_ms in waits:
-        row = run_phase(bench, clipset, "waves", "reference", wait_ms)
+        row = run_phase(bench, clipset, "waves", "reference", wait_ms, rate)
         rows.append({**row, "reference_wait_ms": wait_ms})
         bench.step(f"repeats: wait {wait_ms} ms")
     return rows
@@ -523,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-sweep", type=int, nargs="*", metavar="MS", default=None,
                         help="only sweep reference_wait_ms over these values")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="runs per (phase, mode)")
+    parser.add_argument("--rate", type=float, default=PACE_REQUESTS_PER_SECOND,
+                        help="requests/s the driver paces itself to (0: no pace)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     workload = dataclasses.replace(WORKLOAD_REPEATS, clips=args.clips)
@@ -533,10 +542,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             clipset = make_clips(workload, bench.audio_root)
         if args.wait_sweep:
-            rows = sweep_wait(bench, clipset, args.wait_sweep)
+            rows = sweep_wait(bench, clipset, args.wait_sweep, args.rate)
             lines = sweep_section(rows)
         else:
-            rows = run_repeats(bench, clipset, args.rounds)
+            rows = run_repeats(bench, clipset, args.rounds, args.rate)
             lines = repeats_section(rows)
     print("\n".join(lines))
     if args.json:
