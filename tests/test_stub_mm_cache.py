@@ -69,6 +69,7 @@ def data_part(path: Path, uuid: str | None = None, kind: str = "audio_url") -> d
 UUID_ONLY_SHAPES = {
     "audio_url-null": lambda k: {"type": "audio_url", "audio_url": None, "uuid": k},
     "audio_url-empty-url": lambda k: {"type": "audio_url", "audio_url": {"url": ""}, "uuid": k},
+    "audio_url-untyped": lambda k: {"audio_url": None, "uuid": k},
     "input_audio-null": lambda k: {"type": "input_audio", "input_audio": None, "uuid": k},
     "input_audio-empty-data": lambda k: {
         "type": "input_audio",
@@ -173,6 +174,9 @@ async def test_a_part_without_its_media_key_is_vllms_missing_type_400(client: Cl
             "code": 400,
         }
     }
+    # nor a part with neither a type nor a media key
+    untyped = await chat(client, {"uuid": "k"})
+    assert untyped.status == 400 and (await untyped.json())["error"]["param"] == "type"
     # without a uuid the strict parser refuses the null instead
     assert (await chat(client, {"type": "audio_url", "audio_url": None})).status == 400
 
