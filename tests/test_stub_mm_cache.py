@@ -377,6 +377,9 @@ async def test_drift_in_a_stream_is_the_role_chunk_then_an_error_event(
 ) -> None:
     key = sha256_of(tones[0])
     await ok_clips(client, data_part(tones[0], key))
+    for refused in ({"keys": "all"}, "not json"):
+        kwargs = {"json": refused} if isinstance(refused, dict) else {"data": refused}
+        assert (await client.post("/stub/mm_cache/lose", **kwargs)).status == 400
     lost = await client.post("/stub/mm_cache/lose", json={"keys": [key]})
     assert await lost.json() == {"lost": 1}
     response = await chat(client, data_part(tones[0], key), stream=True)  # data + uuid: P0 hit
@@ -521,3 +524,15 @@ def test_a_request_misses_at_its_first_unheld_data_less_item_and_then_records_no
             with pytest.raises(CacheMiss, match=f"at index {first_miss} "):
                 cache.admit(items, keys)
         assert cache.stats()["items"] == len(model)
+
+
+async def test_losing_everything_in_the_engine_fails_every_held_clip_once(
+    client: Client, tones: list[Path]
+) -> None:
+    keys = [sha256_of(t) for t in tones[:2]]
+    for tone, key in zip(tones, keys, strict=False):
+        await ok_clips(client, data_part(tone, key))
+    assert await (await client.post("/stub/mm_cache/lose")).json() == {"lost": 2}
+    response = await chat(client, uuid_only(keys[0]), uuid_only(keys[1]))
+    assert response.status == 500 and await response.text() == INTERNAL_ERROR
+    await assert_miss(client, 0, uuid_only(keys[0]), uuid_only(keys[1]))  # both forgotten
