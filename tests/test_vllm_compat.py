@@ -525,4 +525,5 @@ async def test_the_frontend_cpu_tool_decodes_data_parts_and_skips_uuid_only_ones
     report = await measure(await asyncio.to_thread(read_bodies, recorded), repeat=2)
     assert [(c.decoded, c.by_reference) for c in report.per_body] == [(1, 0), (0, 2)]
     assert (report.audio_items_decoded, report.audio_items_by_reference) == (1, 2)
-    assert report.audio_cpu_seconds == sum(c.cpu_ms for c in report.per_body) / 1000
+    assert report.audio_cpu_seconds == sum(c.audio_ms for c in report.per_body) / 1000
+    assert all(c.audio_ms == max(0.0, c.cpu_ms - c.text_only_ms) for c in report.per_body)
