@@ -11,8 +11,8 @@ others recorded, an item larger than the whole cache never (`cache_if_fits`).
 
 With the default `mm_processor_cache_type = "lru"` the API server's cache (P0) holds only
 metadata and the engine (P1) the tensors; P0 sends no data for an item it holds. When P1 has
-lost it (the two can drift), the engine fails the request after the answer has begun (a 500, or
-a 200 stream with the role chunk and an error event) and P0 forgets those items
+lost it (the two can drift), the engine fails the request once it reaches it (a 500, or,
+streamed, a 200 with the role chunk and an error event) and P0 forgets those items
 (`v1/engine/core.py:2006-2140`, `async_llm.py:893-902`). Here P1 is a second LRU of the same
 size (or `engine_capacity_bytes`), and tests make it drift with `lose_in_engine`.
 
