@@ -20,8 +20,11 @@ without an engine or weights, it runs what a vLLM API server runs before its mul
 
 Not counted: the chat template and tokenisation (the same with or without data), and the HF
 processor (skipped on a cache hit either way). CPU is the process's (`time.process_time`,
-every thread), bodies one at a time, so each body's figure is its own. With `--repeat N` each
-body runs N times (default 3) and its median counts. vLLM resamples with torchaudio by
+every thread), bodies one at a time, so each body's figure is its own. A body's audio CPU is
+its cost minus that of its text-only twin (the same body with its audio parts taken out, run
+alternately with it), so what any request costs (JSON, validation, the text parts) is not
+counted as audio; a uuid-only part costs about nothing. With `--repeat N` each body and its
+twin run N times (default 3) and the medians count. vLLM resamples with torchaudio by
 default; where torchaudio does not import (the lean venv has none: vLLM pins a CUDA build)
 this uses soxr and says so (`resample_method` in the output). 16 kHz mono clips are not
 resampled at all.
@@ -30,9 +33,11 @@ host without FFmpeg fails and logs a warning per clip before falling back to sou
 ms more per clip): the default understates what a decode costs.
 
 The output, JSON on stdout (vLLM logs to stderr): bodies, audio_cpu_seconds (the total),
-audio_cpu_ms_per_body (mean, p50, max), audio_items_decoded, audio_items_by_reference
-(uuid-only), resample_method, audio_backend; with `--json` also per_body (cpu_ms, decoded,
-by_reference, in file order), and with `--json OUT.json` the whole report goes to that file.
+audio_cpu_ms_per_body (mean, p50, max), frontend_cpu_seconds (whole bodies),
+text_only_cpu_seconds (their twins), audio_items_decoded, audio_items_by_reference
+(uuid-only), resample_method, audio_backend; with `--json` also per_body (cpu_ms,
+text_only_ms, audio_ms, decoded, by_reference, in file order), and with `--json OUT.json` the
+whole report goes to that file.
 """
 
 from __future__ import annotations
@@ -80,9 +85,14 @@ class _Tracker(AsyncMultiModalItemTracker):  # type: ignore[misc]
         return SimpleNamespace(info=SimpleNamespace(validate_num_items=validate_num_items))
 
 
+AUDIO_PART_KEYS = ("audio_url", "input_audio")
+
+
 @dataclass
 class BodyCost:
-    cpu_ms: float
+    cpu_ms: float  # the whole body through vLLM's front end
+    text_only_ms: float  # the same body with its audio parts taken out
+    audio_ms: float  # the difference (0 when noise makes it negative)
     decoded: int
     by_reference: int
 
@@ -92,6 +102,8 @@ class Report:
     bodies: int
     audio_cpu_seconds: float
     audio_cpu_ms_per_body: dict[str, float]
+    frontend_cpu_seconds: float
+    text_only_cpu_seconds: float
     audio_items_decoded: int
     audio_items_by_reference: int
     resample_method: str
@@ -138,12 +150,35 @@ class Frontend:
         return decoded, len(audio) - decoded
 
     async def cost(self, line: bytes, repeat: int) -> BodyCost:
-        samples = []
+        """Medians of `repeat` runs of the body and of its text-only twin, interleaved."""
+        text_only = without_audio(line)
+        whole, bare = [], []
         for _ in range(repeat):
             started = time.process_time()
             decoded, by_reference = await self.run(line)
-            samples.append((time.process_time() - started) * 1000)
-        return BodyCost(statistics.median(samples), decoded, by_reference)
+            middle = time.process_time()
+            await self.run(text_only)
+            whole.append((middle - started) * 1000)
+            bare.append((time.process_time() - middle) * 1000)
+        cpu, text = statistics.median(whole), statistics.median(bare)
+        return BodyCost(cpu, text, max(0.0, cpu - text), decoded, by_reference)
+
+
+def without_audio(line: bytes) -> bytes:
+    """The body with every audio part taken out of its messages: what the same request costs
+    vLLM with no audio at all (template, text and the rest are the same with or without)."""
+    body = json.loads(line)
+    for message in body.get("messages", []):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            message["content"] = [part for part in content if not _is_audio(part)]
+    return json.dumps(body).encode()
+
+
+def _is_audio(part: Any) -> bool:
+    if not isinstance(part, dict):
+        return False
+    return part.get("type") in AUDIO_PART_KEYS or any(key in part for key in AUDIO_PART_KEYS)
 
 
 def _merged(
@@ -177,15 +212,17 @@ async def measure(
     if lines:
         await frontend.run(lines[0])  # warm-up: lazy imports, pydantic and decoder set-up
     costs = [await frontend.cost(line, repeat) for line in lines]
-    cpu = [c.cpu_ms for c in costs] or [0.0]
+    audio = [c.audio_ms for c in costs] or [0.0]
     return Report(
         bodies=len(costs),
-        audio_cpu_seconds=sum(cpu) / 1000,
+        audio_cpu_seconds=sum(audio) / 1000,
         audio_cpu_ms_per_body={
-            "mean": statistics.fmean(cpu),
-            "p50": statistics.median(cpu),
-            "max": max(cpu),
+            "mean": statistics.fmean(audio),
+            "p50": statistics.median(audio),
+            "max": max(audio),
         },
+        frontend_cpu_seconds=sum(c.cpu_ms for c in costs) / 1000,
+        text_only_cpu_seconds=sum(c.text_only_ms for c in costs) / 1000,
         audio_items_decoded=sum(c.decoded for c in costs),
         audio_items_by_reference=sum(c.by_reference for c in costs),
         resample_method=method,

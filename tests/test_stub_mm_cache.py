@@ -21,7 +21,15 @@ from hypothesis import strategies as st
 
 from gateway.samples import write_tone
 from gateway.stub_upstream import StubState, stub_state_key
-from gateway.stub_upstream.mm_cache import GIB, HeldPart, hash_factors, item_key
+from gateway.stub_upstream.media import ClipReport
+from gateway.stub_upstream.mm_cache import (
+    GIB,
+    CacheMiss,
+    HeldPart,
+    MmProcessorCache,
+    hash_factors,
+    item_key,
+)
 
 from .conftest import sha256_of
 
@@ -69,6 +77,7 @@ def data_part(path: Path, uuid: str | None = None, kind: str = "audio_url") -> d
 UUID_ONLY_SHAPES = {
     "audio_url-null": lambda k: {"type": "audio_url", "audio_url": None, "uuid": k},
     "audio_url-empty-url": lambda k: {"type": "audio_url", "audio_url": {"url": ""}, "uuid": k},
+    "audio_url-untyped": lambda k: {"audio_url": None, "uuid": k},
     "input_audio-null": lambda k: {"type": "input_audio", "input_audio": None, "uuid": k},
     "input_audio-empty-data": lambda k: {
         "type": "input_audio",
@@ -173,6 +182,9 @@ async def test_a_part_without_its_media_key_is_vllms_missing_type_400(client: Cl
             "code": 400,
         }
     }
+    # nor a part with neither a type nor a media key
+    untyped = await chat(client, {"uuid": "k"})
+    assert untyped.status == 400 and (await untyped.json())["error"]["param"] == "type"
     # without a uuid the strict parser refuses the null instead
     assert (await chat(client, {"type": "audio_url", "audio_url": None})).status == 400
 
@@ -365,6 +377,9 @@ async def test_drift_in_a_stream_is_the_role_chunk_then_an_error_event(
 ) -> None:
     key = sha256_of(tones[0])
     await ok_clips(client, data_part(tones[0], key))
+    for refused in ({"keys": "all"}, "not json"):
+        kwargs = {"json": refused} if isinstance(refused, dict) else {"data": refused}
+        assert (await client.post("/stub/mm_cache/lose", **kwargs)).status == 400
     lost = await client.post("/stub/mm_cache/lose", json={"keys": [key]})
     assert await lost.json() == {"lost": 1}
     response = await chat(client, data_part(tones[0], key), stream=True)  # data + uuid: P0 hit
@@ -463,3 +478,61 @@ async def test_the_command_line_sets_the_cache_the_delay_and_the_body_record(
         json.loads(line)["messages"][0]["content"][0].get("uuid")
         for line in record.read_bytes().splitlines()
     ] == [key, key]
+
+
+@pytest.mark.stub(mm_processor_cache_gb=TWO_CLIPS_GB)
+async def test_held_items_of_a_request_are_touched_before_its_new_ones_are_recorded(
+    client: Client, tones: list[Path]
+) -> None:
+    keys = [sha256_of(t) for t in tones]
+    await ok_clips(client, data_part(tones[0], keys[0]))
+    await ok_clips(client, data_part(tones[1], keys[1]))
+    # 0 is the oldest, but this request holds it: recording 2 evicts 1 instead
+    clips = await ok_clips(client, data_part(tones[2], keys[2]), uuid_only(keys[0]))
+    assert [c["sha256"] for c in clips] == [keys[2], keys[0]]
+    await ok_clips(client, uuid_only(keys[0]), uuid_only(keys[2]))
+    await assert_miss(client, 0, uuid_only(keys[1]))
+
+
+def clip_report(key: str) -> ClipReport:
+    return ClipReport("data", "audio/wav", "wav", 100, key, 1.0, 16000, 1, key)
+
+
+requests_strategy = st.lists(
+    st.lists(st.tuples(st.sampled_from("abcd"), st.booleans()), max_size=4), max_size=12
+)
+
+
+@given(requests=requests_strategy)
+def test_a_request_misses_at_its_first_unheld_data_less_item_and_then_records_nothing(
+    requests: list[list[tuple[str, bool]]],
+) -> None:
+    """Against a model with room for everything: vLLM checks every item before it records
+    any; a request that passes holds all its data items, and a uuid-only item then hits."""
+    cache, model = MmProcessorCache(GIB), set[str]()
+    for request in requests:
+        items: list[Any] = [clip_report(k) if data else HeldPart(k) for k, data in request]
+        keys = [k for k, _ in request]
+        first_miss = next(
+            (i for i, (k, data) in enumerate(request) if not data and k not in model), None
+        )
+        if first_miss is None:
+            admitted = cache.admit(items, keys)
+            assert [c.sha256 for c in admitted.clips] == keys and admitted.engine_misses == []
+            model |= {k for k, data in request if data}
+        else:
+            with pytest.raises(CacheMiss, match=f"at index {first_miss} "):
+                cache.admit(items, keys)
+        assert cache.stats()["items"] == len(model)
+
+
+async def test_losing_everything_in_the_engine_fails_every_held_clip_once(
+    client: Client, tones: list[Path]
+) -> None:
+    keys = [sha256_of(t) for t in tones[:2]]
+    for tone, key in zip(tones, keys, strict=False):
+        await ok_clips(client, data_part(tone, key))
+    assert await (await client.post("/stub/mm_cache/lose")).json() == {"lost": 2}
+    response = await chat(client, uuid_only(keys[0]), uuid_only(keys[1]))
+    assert response.status == 500 and await response.text() == INTERNAL_ERROR
+    await assert_miss(client, 0, uuid_only(keys[0]), uuid_only(keys[1]))  # both forgotten

@@ -336,6 +336,7 @@ def test_vllms_default_audio_items_per_prompt_is_999() -> None:
 UUID_ONLY_PARTS: dict[str, dict[str, Any]] = {
     "audio_url-null": {"type": "audio_url", "audio_url": None},
     "audio_url-empty-url": {"type": "audio_url", "audio_url": {"url": ""}},
+    "audio_url-untyped": {"audio_url": None},
     "input_audio-null": {"type": "input_audio", "input_audio": None},
     "input_audio-empty-data": {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
 }
@@ -358,6 +359,7 @@ def data_parts(path: Path, uuid: str) -> dict[str, dict[str, Any]]:
     return {
         "audio_url": {"type": "audio_url", "audio_url": {"url": url}, "uuid": uuid},
         "audio_url-string": {"type": "audio_url", "audio_url": url, "uuid": uuid},
+        "audio_url-untyped": {"audio_url": {"url": url}, "uuid": uuid},
         "input_audio": {
             "type": "input_audio",
             "input_audio": {"data": payload, "format": "wav"},
@@ -404,7 +406,9 @@ async def test_vllm_takes_uuid_only_parts_and_the_stub_reads_them_alike(
     assert [c["sha256"] for c in (await again.json())["stub"]["clips"]] == [key]
 
 
-@pytest.mark.parametrize("kind", ["audio_url", "audio_url-string", "input_audio"])
+@pytest.mark.parametrize(
+    "kind", ["audio_url", "audio_url-string", "audio_url-untyped", "input_audio"]
+)
 async def test_data_with_a_uuid_decodes_as_before(
     vllm_chat: Any, stub_client: Any, clips: dict[str, Path], kind: str
 ) -> None:
@@ -419,11 +423,11 @@ async def test_data_with_a_uuid_decodes_as_before(
     assert (clip["uuid"], clip["sha256"]) == (KEY, hashlib.sha256(path.read_bytes()).hexdigest())
 
 
-@pytest.mark.parametrize("kind", ["audio_url", "input_audio"])
+@pytest.mark.parametrize("part", [{"type": "audio_url"}, {"type": "input_audio"}, {}])
 async def test_a_uuid_part_without_its_media_key_is_the_same_400_in_vllm_and_the_stub(
-    vllm_chat: Any, stub_client: Any, kind: str
+    vllm_chat: Any, stub_client: Any, part: dict[str, Any]
 ) -> None:
-    body = user_body({"type": kind, "uuid": KEY})
+    body = user_body({**part, "uuid": KEY})
     with pytest.raises(VLLMValidationError) as caught:
         await vllm_chat(body)
     answer = await stub_client.post("/v1/chat/completions", json=body)
@@ -521,4 +525,5 @@ async def test_the_frontend_cpu_tool_decodes_data_parts_and_skips_uuid_only_ones
     report = await measure(await asyncio.to_thread(read_bodies, recorded), repeat=2)
     assert [(c.decoded, c.by_reference) for c in report.per_body] == [(1, 0), (0, 2)]
     assert (report.audio_items_decoded, report.audio_items_by_reference) == (1, 2)
-    assert report.audio_cpu_seconds == sum(c.cpu_ms for c in report.per_body) / 1000
+    assert report.audio_cpu_seconds == sum(c.audio_ms for c in report.per_body) / 1000
+    assert all(c.audio_ms == max(0.0, c.cpu_ms - c.text_only_ms) for c in report.per_body)

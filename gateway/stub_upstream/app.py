@@ -43,6 +43,7 @@ def create_stub_app(
     held. `record_bodies`: a JSONL file of every chat body received (`body_log.py`)."""
     app = web.Application(client_max_size=2 * 1024**3, middlewares=[_count])
     timeout = float(os.environ.get("VLLM_AUDIO_FETCH_TIMEOUT", AUDIO_FETCH_TIMEOUT_SECONDS))
+    body_log = BodyLog(record_bodies) if record_bodies else None
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
         if allowed_local_media_path
@@ -58,10 +59,10 @@ def create_stub_app(
             None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB),
         ),
         mm_preprocess_delay_seconds=mm_preprocess_delay_seconds,
-        body_log=BodyLog(record_bodies) if record_bodies else None,
+        body_log=body_log,
     )
-    if app[stub_state_key].body_log is not None:
-        app.cleanup_ctx.append(app[stub_state_key].body_log.lifetime)  # type: ignore[union-attr]
+    if body_log is not None:
+        app.cleanup_ctx.append(body_log.lifetime)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/responses", responses)
     add_speech_routes(app)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from typing import Any
 
 from aiohttp import web
@@ -134,7 +135,11 @@ async def stub_state(request: web.Request) -> web.Response:
 
 async def lose_in_engine(request: web.Request) -> web.Response:
     """Body `{"keys": [...]}` (absent or null: every key): the engine's replica drops them."""
-    body = await request.json() if request.can_read_body else {}
+    raw = await request.read()  # cached: the recording middleware may have read it already
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        raise StubRejection("the body must be JSON", param="keys") from None
     keys = body.get("keys") if isinstance(body, dict) else None
     if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
         raise StubRejection("keys must be a list of strings", param="keys")

@@ -11,8 +11,8 @@ others recorded, an item larger than the whole cache never (`cache_if_fits`).
 
 With the default `mm_processor_cache_type = "lru"` the API server's cache (P0) holds only
 metadata and the engine (P1) the tensors; P0 sends no data for an item it holds. When P1 has
-lost it (the two can drift), the engine fails the request after the answer has begun (a 500, or
-a 200 stream with the role chunk and an error event) and P0 forgets those items
+lost it (the two can drift), the engine fails the request once it reaches it (a 500, or,
+streamed, a 200 with the role chunk and an error event) and P0 forgets those items
 (`v1/engine/core.py:2006-2140`, `async_llm.py:893-902`). Here P1 is a second LRU of the same
 size (or `engine_capacity_bytes`), and tests make it drift with `lose_in_engine`.
 
@@ -124,24 +124,40 @@ class MmProcessorCache:
         failure on a data-less item."""
         if not self.enabled:
             return Admission(_without_cache(items), [])
-        held = [key in self._p0 for key in keys]
-        for index, (item, is_held) in enumerate(zip(items, held, strict=True)):
-            if not is_held and isinstance(item, HeldPart):
+        held = {key for key in keys if key in self._p0}  # `in` does not touch
+        for index, (item, key) in enumerate(zip(items, keys, strict=True)):
+            if key not in held and isinstance(item, HeldPart):
                 self.uuid_misses += 1
                 raise CacheMiss(index)
-        clips = [self._merge(i, k, h) for i, k, h in zip(items, keys, held, strict=True)]
+        # Both caches touch every held item of the request before recording any, so new ones
+        # evict others first; the values are kept in case a tiny cache evicts them anyway.
+        values = {key: self._p0[key] for key in keys if key in held}  # [] touches
+        clips = [self._merge(i, k, values.get(k)) for i, k in zip(items, keys, strict=True)]
         if lose_in_engine:
-            self.lose_in_engine(k for k, is_held in zip(keys, held, strict=True) if is_held)
-        lost = [k for k, c, h in zip(keys, clips, held, strict=True) if not self._send(k, c, h)]
-        for key in lost:  # AsyncLLM invalidates them in P0 before the client sees the error
+            self.lose_in_engine(held)
+        return Admission(clips, self._engine(keys, clips, held))
+
+    def _engine(self, keys: list[str], clips: list[ClipReport], held: set[str]) -> list[str]:
+        """P1's `get_and_update_features`: touch all, then take data (a P0 miss) in place of
+        any entry, and find every held item; the keys it lost are dropped from P0 too (AsyncLLM
+        invalidates them before the client sees the error)."""
+        for key in keys:
+            self._p1.get(key)  # touches
+        lost = []
+        for key, clip in zip(keys, clips, strict=True):
+            if key not in held:
+                self._p1.pop(key, None)
+                _put_if_fits(self._p1, key, clip)
+            elif key not in self._p1:
+                lost.append(key)
+        for key in lost:
             self._p0.pop(key, None)
         self.engine_misses += bool(lost)
-        return Admission(clips, lost)
+        return lost
 
-    def _merge(self, item: AudioItem, key: str, is_held: bool) -> ClipReport:
-        if is_held:
+    def _merge(self, item: AudioItem, key: str, held: ClipReport | None) -> ClipReport:
+        if held is not None:
             self.hits += 1
-            held = self._p0[key]  # [] touches
             if isinstance(item, ClipReport) and item.uuid is None:
                 return item  # held by its content: the same clip
             return dataclasses.replace(held, source=item.source, uuid=item.uuid)
@@ -149,15 +165,6 @@ class MmProcessorCache:
         self.misses += 1
         _put_if_fits(self._p0, key, item)
         return item
-
-    def _send(self, key: str, clip: ClipReport, is_held: bool) -> bool:
-        """P1's `get_and_update_item`: data (a P0 miss) replaces the entry; no data must be
-        held. False: the engine lost it."""
-        if not is_held:
-            self._p1.pop(key, None)
-            _put_if_fits(self._p1, key, clip)
-            return True
-        return self._p1.get(key) is not None
 
     def lose_in_engine(self, keys: Iterable[str] | None = None) -> int:
         """P1 evicts these keys (None: all), as LRU drift would; P0 still holds them."""

@@ -56,11 +56,22 @@ async def chat_message_clips(message: Any, state: StubState) -> list[AudioItem]:
     return [clip for part in content if (clip := await _part_clip(part, CHAT_PART_KEYS, state))]
 
 
+MISSING_TYPE = "Missing 'type' field in multimodal part. (parameter=type)"  # str() of vLLM's error
+# Without a `type` vLLM takes the part by its media key, in this order (`chat_message.py:255`).
+UNTYPED_MEDIA_KEYS = ("image_url", "audio_url", "input_audio", "video_url")
+
+
 async def _part_clip(part: Any, known: dict[str, str], state: StubState) -> AudioItem | None:
-    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+    if not isinstance(part, dict):
         raise StubRejection(f"a content part must be an object with a 'type': {part!r:.80}")
+    untyped = part.get("type") is None
+    if untyped:
+        kind = next((key for key in UNTYPED_MEDIA_KEYS if key in part), None)
+        if kind is None:
+            raise StubRejection(MISSING_TYPE, param="type")
+        part = {**part, "type": kind}
     kind = part["type"]
-    if kind not in known:
+    if not isinstance(kind, str) or kind not in known:
         raise StubRejection(f"Unknown part type: {kind}")
     extra = set(part) - {"type", known[kind], "uuid"} - OPTIONAL_PART_KEYS.get(kind, set())
     if extra:
@@ -68,17 +79,16 @@ async def _part_clip(part: Any, known: dict[str, str], state: StubState) -> Audi
     uuid = None if part.get("uuid") is None else str(part["uuid"])  # vLLM str()s any uuid
     if known[kind] not in part:
         if uuid is not None and kind in AUDIO_PARTS:  # vLLM's uuid branch finds no media key
-            # str() of vLLM's VLLMValidationError appends the parameter
-            raise StubRejection(
-                "Missing 'type' field in multimodal part. (parameter=type)", param="type"
-            )
+            raise StubRejection(MISSING_TYPE, param="type")
         raise StubRejection(f"a {kind} part needs its {known[kind]!r} field")
     if kind not in AUDIO_PARTS:
         return None
     if uuid is not None and not _carries_data(kind, part[kind]):
         return HeldPart(uuid)
     if kind == "audio_url":
-        clip = await _audio_url_clip(part["audio_url"], state, uuid)
+        # vLLM's lenient branch (a uuid, or no type) also takes a bare URL string
+        lenient = untyped or uuid is not None
+        clip = await _audio_url_clip(part["audio_url"], state, uuid, lenient)
     else:
         clip = _input_audio_clip(part["input_audio"], uuid)
     state.decodes += 1
@@ -93,8 +103,10 @@ def _carries_data(kind: str, value: Any) -> bool:
     return bool(value)
 
 
-async def _audio_url_clip(value: Any, state: StubState, uuid: str | None) -> ClipReport:
-    url = value.get("url") if isinstance(value, dict) else value if uuid is not None else None
+async def _audio_url_clip(
+    value: Any, state: StubState, uuid: str | None, lenient: bool = False
+) -> ClipReport:
+    url = value.get("url") if isinstance(value, dict) else value if lenient else None
     if not isinstance(url, str):
         raise StubRejection("audio_url.url must be a string")
     if url.startswith("data:"):
