@@ -48,7 +48,6 @@ REQUEST_TIMEOUT_SECONDS = 120
 VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
 FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu.py"
 FRONTEND_TIMEOUT_SECONDS = 1800
-AUDIO_PARTS = ("audio_url", "input_audio")
 
 
 @dataclass
@@ -262,37 +261,17 @@ def vllm_python() -> str | None:
 
 
 def frontend_cpu(bodies: Path) -> dict[str, Any] | None:
-    """vLLM 0.33's frontend CPU on the recorded bodies, and its audio share: minus the same
-    bodies with their audio parts taken out (JSON parsing and request validation of the rest
-    of a body are not audio work, and a uuid-only body still pays them). None without the
-    vllm venv or the tool."""
+    """vLLM 0.33's frontend CPU on the recorded bodies: `audio_cpu_seconds`, each body's cost
+    minus its text-only twin's (JSON parsing and request validation of the rest of a body are
+    not audio work, and a uuid-only body still pays them), and `body_cpu_seconds`, the whole
+    bodies'. None without the vllm venv or the tool."""
     python = vllm_python()
     if python is None or not FRONTEND_TOOL.is_file():
         return None
-    whole = _run_frontend_tool(python, bodies)
-    text = _run_frontend_tool(python, without_audio(bodies))
-    if "error" in whole or "error" in text:
-        return {"error": whole.get("error") or text.get("error"), "audio_cpu_seconds": None}
-    return {
-        "audio_cpu_seconds": whole["audio_cpu_seconds"] - text["audio_cpu_seconds"],
-        "body_cpu_seconds": whole["audio_cpu_seconds"],
-        "text_only_cpu_seconds": text["audio_cpu_seconds"],
-        "whole": whole,
-    }
-
-
-def without_audio(bodies: Path) -> Path:
-    """The bodies with every audio part removed (the baseline of `frontend_cpu`)."""
-    out = bodies.with_name(bodies.stem + "-text.jsonl")
-    with open(bodies, "rb") as source, open(out, "wb") as target:
-        for line in source:
-            body = json.loads(line)
-            for message in body.get("messages") or []:
-                content = message.get("content")
-                if isinstance(content, list):
-                    message["content"] = [p for p in content if p.get("type") not in AUDIO_PARTS]
-            target.write(json.dumps(body).encode() + b"\n")
-    return out
+    report = _run_frontend_tool(python, bodies)
+    if "error" in report:
+        return {"error": report["error"], "audio_cpu_seconds": None}
+    return {**report, "body_cpu_seconds": report.get("frontend_cpu_seconds")}
 
 
 def _run_frontend_tool(python: str, bodies: Path) -> dict[str, Any]:
