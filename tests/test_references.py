@@ -510,7 +510,9 @@ async def test_a_request_without_references_is_never_retried(
 # --- forgetting: the upstream's caches cleared -------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/pause", "/sleep", "/reset_mm_cache", "/sleep?level=1"])
+@pytest.mark.parametrize(
+    "path", ["/pause", "/sleep", "/reset_mm_cache", "/sleep?level=1", "/release_kv_cache_memory"]
+)
 async def test_a_relayed_cache_clear_forgets_every_clip(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, path: str
 ) -> None:
@@ -596,3 +598,16 @@ async def test_a_streamed_seed_releases_its_followers_when_its_stream_starts(
     await seed.read()
     figures = await reference_metrics(client)
     assert (figures["data"], figures["reference"], figures["cache_miss"]) == (1, 1, 0)
+
+
+async def test_the_record_is_bounded_by_reference_max_clips(
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+) -> None:
+    client = await make_gateway(splice={**REFERENCE, "reference_max_clips": 1})
+    await chat(client, {"audio_path": "a.wav"})
+    await chat(client, {"audio_path": "b.wav"})  # evicts a from the record (not from vLLM)
+    await chat(client, {"audio_path": "a.wav"})
+    assert sent_parts(stub) == [data_part(audio_dir / "a.wav")]
+    await chat(client, {"audio_path": "a.wav"})
+    assert sent_parts(stub) == [reference_part(audio_dir / "a.wav")]
+    assert (await reference_metrics(client))["clips"] == 1
