@@ -19,7 +19,7 @@ from . import __version__
 from .auth import ApiKeys, require_api_key
 from .body import SegmentedPayload
 from .bridge import responses_to_chat
-from .bridge_relay import bridge_headers, bridged_answer, chat_target, relay_bridged
+from .bridge_relay import relay_bridged
 from .config import Config, ConfigError
 from .content_coding import read_decoded_body
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
@@ -38,7 +38,6 @@ from .referenced_body import ReferencedBody
 from .relay import (
     create_upstream_pool,
     relay,
-    relay_answer,
     request_body_chunks,
     request_headers_for_upstream,
     upstream_target,
@@ -144,7 +143,8 @@ def rewriting(shape: RouteShape) -> Handler:
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
         if isinstance(payload, ReferencedBody):
-            return await _relay_referenced(request, headers, payload)
+            relay = request.app[reference_relay_key]
+            return await relay.relay_route(request, request.app[upstream_key], headers, payload)
         try:
             return await _relay(request, headers=headers, body=payload)
         finally:
@@ -170,13 +170,8 @@ def bridging(shape: RouteShape) -> Handler:
         if bridged is not None and isinstance(payload, ReferencedBody):
             headers = request_headers_for_upstream(request, json_body=True, decoded=True)
             pool = request.app[upstream_key]
-            return await request.app[reference_relay_key].relay(
-                pool,
-                chat_target(pool, request),
-                bridge_headers(headers),
-                payload,
-                lambda upstream: bridged_answer(request, pool, upstream, bridged),
-            )
+            relay = request.app[reference_relay_key]
+            return await relay.relay_bridged(request, pool, headers, payload, bridged)
         if bridged is None or not isinstance(payload, SegmentedPayload):
             headers = request_headers_for_upstream(request, decoded=True)
             return await _relay(request, headers=headers, body=raw)
@@ -237,19 +232,6 @@ async def _relay(
     app = request.app
     pool = app[upstream_key]
     return await relay(request, pool, upstream_target(pool, request), headers=headers, **kwargs)
-
-
-async def _relay_referenced(
-    request: web.Request, headers: list[tuple[str, str]], body: ReferencedBody
-) -> web.StreamResponse:
-    pool = request.app[upstream_key]
-    return await request.app[reference_relay_key].relay(
-        pool,
-        upstream_target(pool, request),
-        headers,
-        body,
-        lambda upstream: relay_answer(request, pool, upstream),
-    )
 
 
 async def health(request: web.Request) -> web.Response:

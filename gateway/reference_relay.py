@@ -23,9 +23,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from aiohttp import web
 
+from .bridge import BridgedRequest
+from .bridge_relay import bridge_headers, bridged_answer, chat_target
 from .metrics import GatewayMetrics
 from .referenced_body import ReferencedBody
-from .relay import RELAY_FAILURES, upstream_errors
+from .relay import RELAY_FAILURES, relay_answer, upstream_errors, upstream_target
 from .sse_watch import AnswerWatch, is_cache_miss
 from .upstream import UpstreamPool, UpstreamResponse
 from .upstream_clips import ClipKey, Sending, UpstreamClips
@@ -81,6 +83,37 @@ class ReferenceRelay:
             return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
         finally:
             sending.ended()
+
+    async def relay_route(
+        self,
+        request: web.Request,
+        pool: UpstreamPool,
+        headers: Sequence[tuple[str, str]],
+        body: ReferencedBody,
+    ) -> web.StreamResponse:
+        """Chat completions: the client's own route, answered as the upstream answers."""
+        target = upstream_target(pool, request)
+        return await self.relay(
+            pool, target, headers, body, lambda up: relay_answer(request, pool, up)
+        )
+
+    async def relay_bridged(
+        self,
+        request: web.Request,
+        pool: UpstreamPool,
+        headers: Sequence[tuple[str, str]],
+        body: ReferencedBody,
+        bridged: BridgedRequest,
+    ) -> web.StreamResponse:
+        """The Responses bridge: the upstream's chat route, answered as Responses."""
+        target = chat_target(pool, request)
+        return await self.relay(
+            pool,
+            target,
+            bridge_headers(list(headers)),
+            body,
+            lambda up: bridged_answer(request, pool, up, bridged),
+        )
 
     def after_passthrough(self, request: web.Request, response: web.StreamResponse) -> None:
         """A relayed `POST /pause`, `/sleep` or `/reset_mm_cache` that succeeded emptied the
