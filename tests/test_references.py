@@ -22,6 +22,7 @@ from gateway.stub_upstream import StubState
 from .conftest import (
     GatewayFactory,
     b64_of,
+    cache_stats,
     chat_body,
     gateway_metrics,
     sha256_of,
@@ -293,7 +294,9 @@ async def test_a_cache_miss_is_sent_again_with_the_data(
     await chat(client, {"audio_paths": ["a.wav", "b.wav"]})
     await clear_upstream_cache(str(stub_server.make_url("")).rstrip("/"))  # behind its back
     before = stub.request_count
+    reads = (await cache_stats(client))["misses"]
     answer = await chat(client, {"audio_paths": ["a.wav", "b.wav"]})
+    assert (await cache_stats(client))["misses"] == reads  # the retry read no file again
     chats = [r for r in stub.requests[before:] if r.path == CHAT]
     assert len(chats) == 2
     assert sent_parts(stub, -2) == [reference_part(audio_dir / n) for n in ("a.wav", "b.wav")]
