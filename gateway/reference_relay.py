@@ -135,9 +135,11 @@ class ReferenceRelay:
         sending: Sending,
     ) -> UpstreamResponse:
         payload = body.render(references)
-        count, _ = body.by_reference(references)
-        self._parts["reference"].inc(count)
-        self._parts["data"].inc(len(body.parts) - count)
+        count, _ = body.by_reference(references) if references else (0, 0)
+        if count:
+            self._parts["reference"].inc(count)
+        if count < len(body.parts):
+            self._parts["data"].inc(len(body.parts) - count)
         with upstream_errors(pool):
             upstream = await pool.request("POST", target, headers, payload)
         if _is_ok_stream(upstream):

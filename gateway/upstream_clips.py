@@ -18,7 +18,6 @@ once. Only the event loop touches the record, so it needs no lock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,11 +43,19 @@ def kwargs_key(body: Mapping[str, Any]) -> bytes:
 
 @dataclass(eq=False)
 class _Seed:
-    """The data-carrying requests in flight for one clip."""
+    """The data-carrying requests in flight for one clip. `released` is set when followers
+    need wait no longer: recorded, rendered, failed, or `wait_seconds` after it was sent (one
+    timer per seed, not one per waiting request)."""
 
-    sent_at: float  # loop time the first of them was sent
     count: int = 1
-    released: asyncio.Event = field(default_factory=asyncio.Event)  # followers need not wait
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    deadline: asyncio.TimerHandle | None = None
+
+    def release(self) -> None:
+        self.released.set()
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
 
 
 class Sending:
@@ -133,11 +140,13 @@ class UpstreamClips:
 
     def sending(self, keys: list[ClipKey]) -> Sending:
         """Mark `keys` as on their way upstream with their data, from now."""
-        now = asyncio.get_running_loop().time()
         for key in keys:
             seed = self._seeds.get(key)
             if seed is None:
-                self._seeds[key] = _Seed(now)
+                self._seeds[key] = seed = _Seed()
+                if self.wait_seconds:
+                    loop = asyncio.get_running_loop()
+                    seed.deadline = loop.call_later(self.wait_seconds, seed.released.set)
             else:
                 seed.count += 1
         return Sending(self, keys)
@@ -152,12 +161,12 @@ class UpstreamClips:
             seed.count -= 1
             if held or seed.count == 0:
                 del self._seeds[key]
-                seed.released.set()
+                seed.release()
 
     def release(self, keys: Iterable[ClipKey]) -> None:
         for key in keys:
             if (seed := self._seeds.get(key)) is not None:
-                seed.released.set()
+                seed.release()
 
     def forget(self, keys: Iterable[ClipKey]) -> None:
         """The upstream missed these clips: send their data next time."""
@@ -170,10 +179,5 @@ class UpstreamClips:
         self.epoch += 1
 
     async def _wait(self, seed: _Seed) -> None:
-        remaining = seed.sent_at + self.wait_seconds - asyncio.get_running_loop().time()
-        if remaining <= 0 or seed.released.is_set():
-            return
-        # asyncio.timeout, not wait_for: no task per waiting request
-        with contextlib.suppress(TimeoutError):  # then the clip goes by reference
-            async with asyncio.timeout(remaining):
-                await seed.released.wait()
+        if not seed.released.is_set():
+            await seed.released.wait()
