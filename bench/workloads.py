@@ -180,3 +180,28 @@ def make_huge_clip(audio_root: Path, total_bytes: int) -> Clip:
     path = folder / "huge.wav"
     sha = write_random_wav(path, total_bytes, seed="huge")
     return Clip(f"c/{path.name}", path, path.stat().st_size, sha)
+
+
+STEREO_RATE_HZ = 44_100
+STEREO_SECONDS = 3.0  # ~529 KB: vLLM decodes, down-mixes and resamples it to 16 kHz mono
+
+
+def make_stereo_clips(count: int, audio_root: Path, seeds: int) -> ClipSet:
+    """`count` distinct 44.1 kHz stereo 16-bit WAV clips of STEREO_SECONDS (seeded noise)."""
+    folder = audio_root / "repeats-stereo"
+    folder.mkdir(parents=True, exist_ok=True)
+    clips = []
+    for index in range(count):
+        path = folder / f"clip_{index:04d}.wav"
+        frames = int(STEREO_RATE_HZ * STEREO_SECONDS)
+        with wave.open(str(path), "wb") as clip:
+            clip.setnchannels(2)
+            clip.setsampwidth(2)
+            clip.setframerate(STEREO_RATE_HZ)
+            clip.writeframes(random.Random(f"stereo-{index}").randbytes(frames * 4))
+        clips.append(Clip(f"repeats-stereo/{path.name}", path, path.stat().st_size,
+                          file_sha256(path)))  # fmt: skip
+    workload = Workload(
+        "repeats-stereo", "repeats: 44.1 kHz stereo", count, clips[0].size, seeds, (16,)
+    )
+    return ClipSet(workload, tuple(clips), tuple(range(count)))
