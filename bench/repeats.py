@@ -97,7 +97,10 @@ def run_phase(
     mode: str,
     wait_ms: int | None = None,
     rate: float = PACE_REQUESTS_PER_SECOND,
+    measure_vllm: bool = True,
 ) -> dict[str, Any]:
+    """One fresh stub and gateway, one phase in one mode; `measure_vllm = False` skips vLLM's
+    frontend CPU (the smoke test)."""
     name = f"repeats-{phase}-{mode}"
     bodies = bench.workdir / f"{name}-bodies.jsonl"
     stub = start_recording_stub(bench.workdir, bench.audio_root, bodies, name)
@@ -119,7 +122,11 @@ def run_phase(
     finally:
         stub.stop()
     waves = len(clipset.clips)
+    frontend = frontend_cpu(bodies) if measure_vllm else None
     row = summarise_phase(phase, mode, tally, wall, gateway_cpu, metrics, state, bodies, waves)
+    row["frontend"] = frontend
+    row["frontend_audio_cpu_ms_per_wave"] = _per_wave(frontend, "audio_cpu_seconds", waves)
+    row["frontend_body_cpu_ms_per_wave"] = _per_wave(frontend, "body_cpu_seconds", waves)
     row["clip_bytes"] = sum(clip.size for clip in clipset.clips) / waves
     return row
 
@@ -141,7 +148,6 @@ def summarise_phase(
         reason: metrics.get(f'audio_gateway_reference_retries_total{{reason="{reason}"}}', 0.0)
         for reason in ("cache_miss", "upstream_error", "stream_error")
     }
-    frontend = frontend_cpu(bodies)
     row: dict[str, Any] = {
         "phase": phase,
         "mode": mode,
@@ -165,13 +171,6 @@ def summarise_phase(
         "bytes_saved": metrics.get("audio_gateway_reference_bytes_saved_total", 0.0),
         "stub_decodes": state.get("decodes"),
         "decodes_per_wave": (state.get("decodes") or 0) / waves,
-        "frontend": frontend,
-        "frontend_audio_cpu_ms_per_wave": None
-        if frontend is None or frontend["audio_cpu_seconds"] is None
-        else 1000 * frontend["audio_cpu_seconds"] / waves,
-        "frontend_body_cpu_ms_per_wave": None
-        if frontend is None or frontend.get("body_cpu_seconds") is None
-        else 1000 * frontend["body_cpu_seconds"] / waves,
     }
     return row
 
@@ -219,6 +218,11 @@ def read_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=10) as reply:
         result: dict[str, Any] = json.loads(reply.read())
     return result
+
+
+def _per_wave(frontend: dict[str, Any] | None, key: str, waves: int) -> float | None:
+    value = None if frontend is None else frontend.get(key)
+    return None if value is None else 1000 * value / waves
 
 
 def body_log_size(bodies: Path) -> tuple[int, int]:
