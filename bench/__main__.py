@@ -17,7 +17,7 @@ from .report import RESULTS_DIR, write_results
 from .runner import run_benchmark
 from .workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario
 
-WORKLOAD_CHOICES = ("a", "b", "c", "s3", "encode")
+WORKLOAD_CHOICES = ("a", "b", "c", "s3", "repeats", "encode")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workloads", nargs="+", choices=WORKLOAD_CHOICES, metavar="W",
         help="a = ~56 KB clips, b = ~10 MB clips, c = one 256 MiB clip (peak RSS), "
         "s3 = ~56 KB clips on a local S3 server, "
+        "repeats = clips sent again, repeats = data vs reference, "
         "encode = cold-encode MB/s vs base64 -w0 (default: all)",
     )  # fmt: skip
     parser.add_argument(
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = sum(p["errors"] for p in results["points"])
     failures += sum(h["errors"] for h in results["huge_clip"])
     failures += sum(row["errors"] for row in results.get("objects") or [])
+    failures += sum(r["errors"] + r["mismatched"] for r in results.get("repeats") or [])
     failures += sum(1 for c in results["cache_checks"] if c.get("ok") is False)
     return 1 if failures else 0
 

@@ -18,16 +18,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 
 from . import modes
+from .points import BenchRun, summarise
 from .s3server import LocalS3
 from .workloads import ClipSet
-
-if TYPE_CHECKING:
-    from .runner import Bench
 
 OBJECT_WORKLOAD_KEY = "s3"
 OBJECT_MODES = ("seed-reference-s3", "gateway-s3", "gateway-s3-immutable")
@@ -38,10 +36,8 @@ REGION = "us-east-1"
 BENCH_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}
 
 
-def run_objects(bench: Bench, clipset: ClipSet) -> list[dict[str, Any]]:
+def run_objects(bench: BenchRun, clipset: ClipSet) -> list[dict[str, Any]]:
     """Every object mode, cold then warm; one row per (mode, phase)."""
-    from .runner import summarise
-
     key = clipset.workload.key
     order = list(clipset.order)
     store = LocalS3()
@@ -83,7 +79,7 @@ def upload(endpoint: str, clipset: ClipSet) -> None:
 
 
 @contextmanager
-def object_proxy(bench: Bench, mode: str, endpoint: str) -> Iterator[modes.ServerProcess]:
+def object_proxy(bench: BenchRun, mode: str, endpoint: str) -> Iterator[modes.ServerProcess]:
     """The proxy of an object mode, started with the bench credentials in its environment."""
     assert bench.stub is not None
     saved = {name: os.environ.get(name) for name in BENCH_CREDENTIALS}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .repeats_report import repeats_section
 from .workloads import ALL_MODES
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -212,6 +213,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines.append("Growth = VmHWM after the request minus VmRSS before it (after one small "
                      "warm-up request), summed over the proxy's processes.")  # fmt: skip
     lines += objects_section(results.get("objects") or [])
+    lines += repeats_section(results.get("repeats") or [])
     encode = results.get("encode")
     if encode:
         lines += ["", f"## Cold encode, {encode['file_bytes'] / 1e6:.0f} MB WAV, warm page cache, "

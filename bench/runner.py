@@ -27,6 +27,8 @@ from . import modes, procstat
 from .encode import measure_encode
 from .loadgen import LoadGeneratorProcess
 from .objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
+from .points import merge_runs, summarise
+from .repeats import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
 from .workloads import (
     Clip,
     ClipSet,
@@ -181,71 +183,6 @@ def read_cache_misses(origin: str) -> int:
     raise RuntimeError("audio_gateway_cache_misses_total is missing from /gateway/metrics")
 
 
-def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    merged: dict[str, Any] = {
-        "requests": sum(r["requests"] for r in runs),
-        "errors": sum(r["errors"] for r in runs),
-        "checked": sum(r["checked"] for r in runs),
-        "mismatched": sum(r["mismatched"] for r in runs),
-        "wall_seconds": max(r["wall_seconds"] for r in runs),  # parallel load generators
-        "latencies_us": [value for r in runs for value in r["latencies_us"]],
-        "error_samples": [sample for r in runs for sample in r["error_samples"]][:3],
-    }
-    return merged
-
-
-def summarise(
-    mode: str, clipset: ClipSet, concurrency: int, phase: str, runs: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """One reported point from its timed runs (several rounds are pooled)."""
-    has_proxy = runs[0]["proxy_peak_rss_bytes"] is not None
-    merged = merge_runs(runs)
-    wall = sum(run["wall_seconds"] for run in runs)
-    done = max(merged["requests"], 1)
-    cpu = {name: sum(run["cpu"][name] for run in runs) for name in runs[0]["cpu"]}
-    misses = [run["cache_misses"] for run in runs]
-    return {
-        "workload": clipset.workload.key,
-        "mode": mode,
-        "phase": phase,
-        "concurrency": concurrency,
-        "distinct_clips": len(clipset.clips),
-        "rounds": len(runs),
-        **summarise_latencies(merged.pop("latencies_us")),
-        **merged,
-        "wall_seconds": wall,
-        "rps": merged["requests"] / wall if wall else 0.0,
-        "round_rps": [run["requests"] / run["wall_seconds"] for run in runs if run["wall_seconds"]],
-        "proxy_cpu_s_per_1k": 1000 * cpu["proxy"] / done if has_proxy else None,
-        "proxy_cpu_util": cpu["proxy"] / wall if has_proxy and wall else None,
-        "proxy_peak_rss_mib": runs[-1]["proxy_peak_rss_bytes"] / procstat.MIB
-        if has_proxy
-        else None,
-        "stub_cpu_s_per_1k": 1000 * cpu["stub"] / done,
-        "stub_cpu_util": cpu["stub"] / wall if wall else None,
-        "loadgen_cpu_util": cpu["loadgen"] / wall if wall else None,
-        "other_cpu_util": cpu["other"] / wall if wall else None,
-        "cache_misses": None if None in misses else sum(misses),
-    }
-
-
-def summarise_latencies(latencies_us: list[int]) -> dict[str, float | None]:
-    if not latencies_us:
-        return {key: None for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")}
-    ordered = sorted(latencies_us)
-
-    def rank(fraction: float) -> float:  # nearest-rank percentile
-        return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))] / 1000
-
-    return {
-        "p50_ms": rank(0.50),
-        "p90_ms": rank(0.90),
-        "p99_ms": rank(0.99),
-        "mean_ms": sum(ordered) / len(ordered) / 1000,
-        "max_ms": ordered[-1] / 1000,
-    }
-
-
 # --- the phases of a run ------------------------------------------------------------------
 
 
@@ -365,6 +302,9 @@ def total_steps(scenario: Scenario, mode_count: int) -> int:
         if workload.key == OBJECT_WORKLOAD_KEY:  # its own modes, cold and warm
             steps += 2 * len(OBJECT_MODES)
             continue
+        if workload.key == REPEATS_WORKLOAD_KEY:
+            steps += len(PHASES) * len(REPEATS_MODES) * ROUNDS
+            continue
         steps += mode_count * (1 + len(workload.concurrency) * max(1, scenario.rounds))
     if scenario.huge_clip_bytes:
         steps += 1 + len(scenario.huge_clip_modes)
@@ -401,10 +341,13 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         bench.step("clips ready")
         bench.start()
         bench.step("servers up")
-        points, checks, objects = [], [], []
+        points, checks, objects, repeats = [], [], [], []
         for clipset in clipsets:
             if clipset.workload.key == OBJECT_WORKLOAD_KEY:
                 objects += run_objects(bench, clipset)
+                continue
+            if clipset.workload.key == REPEATS_WORKLOAD_KEY:
+                repeats += run_repeats(bench, clipset)
                 continue
             workload_points, check = run_workload(bench, clipset)
             points += workload_points
@@ -434,6 +377,7 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         "cache_checks": checks,
         "huge_clip": huge,
         "objects": objects,
+        "repeats": repeats,
         "encode": encode,
         "notes": notes,
     }

@@ -4,6 +4,7 @@
 (b) long-form: ~10 MB clips, a few seeds each.
 (c) one huge clip (256 MiB) streamed through a fresh proxy, for its peak RSS.
 (s3) ~56 KB clips on a local S3 server (bench/objects.py).
+(repeats) ~56 KB clips sent again and again, by data and by reference (bench/repeats.py).
 Clip content is seeded pseudo-random PCM, so every clip is distinct and every run identical.
 """
 
@@ -76,11 +77,15 @@ WORKLOAD_B = Workload(
 WORKLOAD_S3 = Workload(
     "s3", "objects: 100 x ~56 KB on a local S3 server (moto), 8 seeds", 100, 56_000, 8, (32,)
 )
+WORKLOAD_REPEATS = Workload(
+    "repeats", "repeats: 200 x ~56 KB, 16 seeds a wave / 4-turn conversations", 200, 56_000, 16,
+    (16,),
+)  # fmt: skip
 HUGE_CLIP_BYTES = 256 * 1024 * 1024
 
 
 def standard_scenario(name: str = "standard") -> Scenario:
-    workloads = (WORKLOAD_A, WORKLOAD_B, WORKLOAD_S3)
+    workloads = (WORKLOAD_A, WORKLOAD_B, WORKLOAD_S3, WORKLOAD_REPEATS)
     return Scenario(name, False, ALL_MODES, workloads, HUGE_CLIP_BYTES, rounds=4)
 
 
@@ -97,6 +102,8 @@ def quick_scenario(name: str = "quick") -> Scenario:
                     concurrency=(4,), passes=1),
             replace(WORKLOAD_S3, title="(quick) objects: 32 x ~56 KB on moto, 4 seeds",
                     clips=32, seeds=4),
+            replace(WORKLOAD_REPEATS, title="(quick) repeats: 48 x ~56 KB, 16 seeds / 4 turns",
+                    clips=48),
         ),
         HUGE_CLIP_BYTES // 2,  # 128 MiB: still streamed (over max_item_bytes), half the time
         encode_file_bytes=50 * 1000 * 1000,
@@ -173,3 +180,28 @@ def make_huge_clip(audio_root: Path, total_bytes: int) -> Clip:
     path = folder / "huge.wav"
     sha = write_random_wav(path, total_bytes, seed="huge")
     return Clip(f"c/{path.name}", path, path.stat().st_size, sha)
+
+
+STEREO_RATE_HZ = 44_100
+STEREO_SECONDS = 3.0  # ~529 KB: vLLM decodes, down-mixes and resamples it to 16 kHz mono
+
+
+def make_stereo_clips(count: int, audio_root: Path, seeds: int) -> ClipSet:
+    """`count` distinct 44.1 kHz stereo 16-bit WAV clips of STEREO_SECONDS (seeded noise)."""
+    folder = audio_root / "repeats-stereo"
+    folder.mkdir(parents=True, exist_ok=True)
+    clips = []
+    for index in range(count):
+        path = folder / f"clip_{index:04d}.wav"
+        frames = int(STEREO_RATE_HZ * STEREO_SECONDS)
+        with wave.open(str(path), "wb") as clip:
+            clip.setnchannels(2)
+            clip.setsampwidth(2)
+            clip.setframerate(STEREO_RATE_HZ)
+            clip.writeframes(random.Random(f"stereo-{index}").randbytes(frames * 4))
+        clips.append(Clip(f"repeats-stereo/{path.name}", path, path.stat().st_size,
+                          file_sha256(path)))  # fmt: skip
+    workload = Workload(
+        "repeats-stereo", "repeats: 44.1 kHz stereo", count, clips[0].size, seeds, (16,)
+    )
+    return ClipSet(workload, tuple(clips), tuple(range(count)))

@@ -40,6 +40,8 @@ from .pipeline import (
     parse_json_object,
 )
 from .readiness import Readiness
+from .reference_relay import ReferenceRelay
+from .referenced_body import ReferencedBody
 from .relay import (
     create_upstream_pool,
     relay,
@@ -49,6 +51,7 @@ from .relay import (
 )
 from .speech import SpeechUploads
 from .upstream import UpstreamPool
+from .upstream_clips import UpstreamClips
 from .websocket import WebSocketRelay, WebSocketUpgrades
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,8 @@ speech_key = web.AppKey("speech_key", SpeechUploads)
 websocket_relay_key = web.AppKey("websocket_relay_key", WebSocketRelay)
 in_flight_key = web.AppKey("in_flight_key", InFlight)
 readiness_key = web.AppKey("readiness_key", Readiness)
+# Only with [splice] repeats = "reference": what the upstream holds, and the retrying relay.
+reference_relay_key = web.AppKey("reference_relay_key", ReferenceRelay)
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away before the answer
 
@@ -93,6 +98,12 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(websocket_relay)
 
     chat_shape = CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
+    if (splice := config.splice).repeats == "reference":
+        clips = UpstreamClips(
+            splice.reference_max_clips, splice.reference_wait_ms / 1000, app[metrics_key]
+        )
+        app[reference_relay_key] = ReferenceRelay(clips, app[metrics_key])
+        chat_shape = dataclasses.replace(chat_shape, references=True)
     app.router.add_get("/gateway/health", health, name="gateway_health")
     app.router.add_get("/gateway/ready", ready, name="gateway_ready")
     app.router.add_get("/gateway/metrics", metrics, name="gateway_metrics")
@@ -157,6 +168,9 @@ def rewriting(shape: RouteShape) -> Handler:
         if isinstance(payload, ChunkedRequest):
             return await fan_out(request, payload)
         headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
+        if isinstance(payload, ReferencedBody):
+            relay = request.app[reference_relay_key]
+            return await relay.relay_route(request, request.app[upstream_key], headers, payload)
         try:
             return await _relay(request, headers=headers, body=payload)
         finally:
@@ -176,12 +190,17 @@ def bridging(shape: RouteShape) -> Handler:
         body = parse_json_object(raw)
         pipeline = request.app[pipeline_key]
         bridged = responses_to_chat(body) if pipeline.keys.carries(body) else None
-        payload: bytes | SegmentedPayload | ChunkedRequest = raw
+        payload: bytes | SegmentedPayload | ChunkedRequest | ReferencedBody = raw
         if bridged is not None:
             payload = await pipeline.rewrite(raw, shape, body=bridged.chat, split=True)
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         if bridged is not None and isinstance(payload, ChunkedRequest):
             return await fan_out(request, payload, bridged)
+        if bridged is not None and isinstance(payload, ReferencedBody):
+            headers = request_headers_for_upstream(request, json_body=True, decoded=True)
+            pool = request.app[upstream_key]
+            relay = request.app[reference_relay_key]
+            return await relay.relay_bridged(request, pool, headers, payload, bridged)
         if bridged is None or not isinstance(payload, SegmentedPayload):
             headers = request_headers_for_upstream(request, decoded=True)
             return await _relay(request, headers=headers, body=raw)
@@ -236,9 +255,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     """Every other route: relayed untouched, the body streamed through."""
     headers = request_headers_for_upstream(request)
     if not request.body_exists:
-        return await _relay(request, headers=headers, body=None)
-    body = request_body_chunks(request)
-    return await _relay(request, headers=headers, body=body, content_length=request.content_length)
+        response = await _relay(request, headers=headers, body=None)
+    else:
+        body = request_body_chunks(request)
+        length = request.content_length
+        response = await _relay(request, headers=headers, body=body, content_length=length)
+    if (references := request.app.get(reference_relay_key)) is not None:
+        references.after_passthrough(request, response)
+    return response
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:

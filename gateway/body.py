@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Container, Iterator
 from typing import Any
 
 import msgspec
@@ -37,12 +37,18 @@ class Placeholders:
         self._fills.append((lead, segments))
         return f"{self._prefix}{len(self._fills) - 1}@@"
 
-    def render(self, body: dict[str, Any]) -> list[Segment]:
-        """Serialise `body` and put each placeholder's segments where its token stands."""
+    def __len__(self) -> int:
+        return len(self._fills)
+
+    def render(self, body: dict[str, Any], skip: Container[int] = ()) -> list[Segment]:
+        """Serialise `body` and put each placeholder's segments where its token stands; the
+        placeholders numbered in `skip` were taken out of `body` (a clip sent by reference)."""
         text = msgspec.json.encode(body)
         out: list[Segment] = []
         position = 0
         for index, (lead, segments) in enumerate(self._fills):
+            if index in skip:
+                continue
             token = f'"{self._prefix}{index}@@"'.encode()
             at = text.find(token, position)
             if at < 0:

@@ -52,6 +52,13 @@ async def relay_bridged(
     target = chat_target(pool, request)
     with upstream_errors(pool):
         upstream = await pool.request("POST", target, bridge_headers(headers), body)
+    return await bridged_answer(request, pool, upstream, bridged)
+
+
+async def bridged_answer(
+    request: web.Request, pool: UpstreamPool, upstream: UpstreamResponse, bridged: BridgedRequest
+) -> web.StreamResponse:
+    """The upstream's chat answer, as the Responses answer of `bridged`; closes `upstream`."""
     if not 200 <= upstream.status < 300:
         return await relay_answer(request, pool, upstream)
     ids = ResponseIds.from_hex(uuid.uuid4().hex, int(time.time()))

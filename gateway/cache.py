@@ -43,11 +43,22 @@ class AudioStore:
     is needed; `digest` asks for the sha256 of every clip (the opt-in part uuid).
     """
 
-    def __init__(self, config: CacheConfig, metrics: GatewayMetrics, *, encode: bool, digest: bool):
+    def __init__(
+        self,
+        config: CacheConfig,
+        metrics: GatewayMetrics,
+        *,
+        encode: bool,
+        digest: bool,
+        digest_urls: bool = True,
+    ):
+        """`digest_urls = False` hashes no clip that goes upstream as a URL without its bytes
+        (presigned objects: their identity names them instead)."""
         self.max_item_bytes = config.max_item_bytes
         self.enabled = config.max_bytes > 0
         self._encode = encode
         self._digest = digest
+        self._digest_urls = digest_urls
         self._metrics = metrics
         self._lru: LRUCache[Hashable, Weighed] = LRUCache(
             maxsize=max(config.max_bytes, 1), getsizeof=lambda entry: entry.nbytes
@@ -115,7 +126,8 @@ class AudioStore:
     async def _load(self, clip: AudioSource, raw: bool) -> EncodedAudio:
         if raw:
             return await clip.load(encode=False, digest=False, raw=True)
-        entry = await clip.load(encode=self._encode, digest=self._digest)
+        digest = self._digest and (self._digest_urls or clip.encoded_size > 0)
+        entry = await clip.load(encode=self._encode, digest=digest)
         if self._encode and clip.encoded_size:
             self._metrics.encoded_bytes.inc(clip.size)
         return entry

@@ -194,11 +194,18 @@ class CacheConfig(_Section):
     max_item_bytes: ByteSize = 64 * 1024**2
 
 
+REFERENCE_WAIT_MS = 100  # measured against the stub: README, "Repeated clips by reference"
+
+
 class SpliceConfig(_Section):
     mode: Literal["data_uri", "file_url"] = "data_uri"
     chat_part: Literal["audio_url", "input_audio"] = "audio_url"
     part_uuid: bool = False
     remote: Literal["data_uri", "presigned_url"] = "data_uri"
+    # "reference": a clip this upstream already holds goes as its uuid alone (upstream_clips.py).
+    repeats: Literal["data", "reference"] = "data"
+    reference_max_clips: int = Field(100_000, ge=1, le=100_000_000)
+    reference_wait_ms: int = Field(REFERENCE_WAIT_MS, ge=0, le=600_000)
 
 
 class S3Config(_Section):

@@ -92,6 +92,31 @@ class GatewayMetrics:
             buckets=CHUNKS_PER_REQUEST_BUCKETS,
             registry=registry,
         )
+        self.audio_parts = Counter(
+            "audio_gateway_audio_parts",
+            "Audio parts sent upstream on chat completions and the Responses bridge, by form: "
+            "with the clip (data: bytes or URL) or by uuid alone (reference).",
+            ["form"],
+            registry=registry,
+        )
+        self.reference_retries = Counter(
+            "audio_gateway_reference_retries",
+            "Requests that carried references and were sent again with every clip's data, by "
+            "what the first attempt got (cache_miss: vLLM's 400; upstream_error: a 500 before "
+            "any answer; stream_error: an error event or a cut stream before any content).",
+            ["reason"],
+            registry=registry,
+        )
+        self.reference_bytes_saved = Counter(
+            "audio_gateway_reference_bytes_saved",
+            "Base64 bytes not sent upstream because their clip went by reference.",
+            registry=registry,
+        )
+        self.reference_clips = Gauge(
+            "audio_gateway_reference_clips",
+            "Clips the gateway records as held by the upstream's processor cache.",
+            registry=registry,
+        )
 
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}

@@ -27,6 +27,7 @@ from .encoder import EncodedAudio, StreamedAudio
 from .errors import InvalidRequest
 from .formats import input_audio_format
 from .metrics import GatewayMetrics
+from .referenced_body import ReferencedBody, object_uuid
 from .sidechannel import (
     DEFAULT_KEYS,
     LEGACY_INLINE_KEY,
@@ -74,6 +75,8 @@ class RouteShape:
     input_audio_fix: str = ""
     # Whether a long clip may be split ([chunking]): routes whose answers the gateway can merge.
     chunkable: bool = False
+    # [splice] repeats = "reference": the body comes back as a `ReferencedBody`.
+    references: bool = False
 
 
 CHAT_AUDIO_URL = RouteShape("chat", splice_chat, input_audio_parts=False, chunkable=True)
@@ -110,11 +113,13 @@ async def build_pipeline(
     """The pipeline of `config`: path policy, object sources, store and splice, as `serve` and
     the dataset tools both use it (`cache` overrides `config.cache`). Close its resolver."""
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
+    references = config.splice.repeats == "reference"
     store = AudioStore(
         cache or config.cache,
         metrics,
         encode=config.splice.mode == "data_uri",
-        digest=config.splice.part_uuid,
+        digest=config.splice.part_uuid or references,
+        digest_urls=not references,  # reference mode names presigned objects by identity
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
     keys = SidechannelKeys(config.sidechannel.key_prefix)
@@ -167,11 +172,11 @@ class RewritePipeline:
         body: dict[str, Any] | None = None,
         *,
         split: Literal[False] = False,
-    ) -> bytes | SegmentedPayload: ...
+    ) -> bytes | SegmentedPayload | ReferencedBody: ...
     @overload
     async def rewrite(
         self, raw: bytes, shape: RouteShape, body: dict[str, Any] | None = None, *, split: bool
-    ) -> bytes | SegmentedPayload | ChunkedRequest: ...
+    ) -> bytes | SegmentedPayload | ReferencedBody | ChunkedRequest: ...
     async def rewrite(
         self,
         raw: bytes,
@@ -179,7 +184,7 @@ class RewritePipeline:
         body: dict[str, Any] | None = None,
         *,
         split: bool = False,
-    ) -> bytes | SegmentedPayload | ChunkedRequest:
+    ) -> bytes | SegmentedPayload | ReferencedBody | ChunkedRequest:
         """`body` is `raw` parsed, when the caller already has it (it may be rewritten, as the
         Responses bridge's chat body is); the pipeline then modifies that dict in place.
 
@@ -205,6 +210,9 @@ class RewritePipeline:
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             shape.splice(body, parts)
+            if shape.references and referable(clips, parts):
+                sizes = [_base64_bytes(clip) for clip in clips]
+                return ReferencedBody.of(body, placeholders, parts, sizes)
             return SegmentedPayload(placeholders.render(body))
         except BaseException:
             await _close_streams(clips)
@@ -310,7 +318,10 @@ class RewritePipeline:
             else:
                 token = placeholders.add(lead, segments)
                 part = {"type": "audio_url", "audio_url": {"url": token}}
-        if self.config.part_uuid:
+        if shape.references:
+            if (uuid := _reference_uuid(clip)) is not None:
+                part["uuid"] = uuid
+        elif self.config.part_uuid:
             part["uuid"] = _content_sha256(clip)
         return part
 
@@ -361,6 +372,31 @@ def _base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]
     if isinstance(audio, StreamedAudio):
         return audio.mime, lead, (audio,)
     return audio.mime, lead, audio.pieces
+
+
+def _reference_uuid(clip: LoadedClip) -> str | None:
+    """A presigned object is named by its identity (its bytes are never read here); any
+    other clip by the sha256 of its bytes."""
+    if isinstance(clip, PathClip) and clip.url is not None and isinstance(clip.source, ObjectClip):
+        return object_uuid(clip.source.info)
+    return _content_sha256(clip)
+
+
+def referable(clips: Sequence[LoadedClip], parts: Sequence[Part]) -> bool:
+    """Whether a request may go with references: every part named, and no streamed clip (its
+    bytes could not be sent again for a retry without reading it again)."""
+    streamed = any(isinstance(c, PathClip) and isinstance(c.audio, StreamedAudio) for c in clips)
+    return not streamed and all("uuid" in part for part in parts)
+
+
+def _base64_bytes(clip: LoadedClip) -> int | None:
+    """The base64 a clip's part carries; None for a clip that goes as a URL."""
+    if isinstance(clip, InlineAudio):
+        return len(clip.payload)
+    if clip.url is not None:
+        return None
+    audio = clip.audio
+    return sum(len(piece) for piece in audio.pieces) if isinstance(audio, EncodedAudio) else 0
 
 
 def _content_sha256(clip: LoadedClip) -> str:

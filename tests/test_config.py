@@ -99,6 +99,10 @@ class TestValidation:
             ({"audio": {"max_clips": 0}}, "audio.max_clips", "1"),
             ({"cache": {"max_bytes": "lots"}}, "cache.max_bytes", "not a size"),
             ({"splice": {"mode": "url"}}, "splice.mode", "data_uri"),
+            ({"splice": {"repeats": "uuid"}}, "splice.repeats", "'data' or 'reference'"),
+            ({"splice": {"reference_max_clips": 0}}, "splice.reference_max_clips", "1"),
+            ({"splice": {"reference_wait_ms": -1}}, "splice.reference_wait_ms", "0"),
+            ({"splice": {"reference_wait_ms": 1.5}}, "splice.reference_wait_ms", "integer"),
         ],
     )
     def test_bad_value_names_the_key_and_reason(

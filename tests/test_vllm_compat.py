@@ -37,6 +37,8 @@ with warnings.catch_warnings():  # vLLM's imports warn about the torch build; no
     from vllm.config.multimodal import MultiModalConfig
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+    from vllm.exceptions import GenerationError, VLLMValidationError
     from vllm.multimodal.media.audio import AudioMediaIO
     from vllm.renderers.chat_utils import chat_message
     from vllm.renderers.chat_utils.item_tracker import AsyncMultiModalItemTracker
@@ -327,3 +329,201 @@ async def test_the_gateways_decode_limits_are_vllms(
 def test_vllms_default_audio_items_per_prompt_is_999() -> None:
     """What the README says about `--limit-mm-per-prompt` (a model may cap it lower)."""
     assert MultiModalConfig().get_limit_per_prompt("audio") == 999
+
+
+# --- clips by reference: uuid-only parts (issue 17) ------------------------------------------
+
+UUID_ONLY_PARTS: dict[str, dict[str, Any]] = {
+    "audio_url-null": {"type": "audio_url", "audio_url": None},
+    "audio_url-empty-url": {"type": "audio_url", "audio_url": {"url": ""}},
+    "audio_url-untyped": {"audio_url": None},
+    "input_audio-null": {"type": "input_audio", "input_audio": None},
+    "input_audio-empty-data": {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
+}
+KEY = "sha256:0123abcd"
+
+
+def user_body(*parts: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    content = [*parts, {"type": "text", "text": "Transcribe the audio."}]
+    return {
+        "model": "stub-audio-model",
+        "messages": [{"role": "user", "content": content}],
+        **extra,
+    }
+
+
+def data_parts(path: Path, uuid: str) -> dict[str, dict[str, Any]]:
+    """Both part types carrying `path`'s bytes and a uuid (and the bare-string URL form)."""
+    payload = base64.b64encode(path.read_bytes()).decode()
+    url = f"data:audio/wav;base64,{payload}"
+    return {
+        "audio_url": {"type": "audio_url", "audio_url": {"url": url}, "uuid": uuid},
+        "audio_url-string": {"type": "audio_url", "audio_url": url, "uuid": uuid},
+        "audio_url-untyped": {"audio_url": {"url": url}, "uuid": uuid},
+        "input_audio": {
+            "type": "input_audio",
+            "input_audio": {"data": payload, "format": "wav"},
+            "uuid": uuid,
+        },
+    }
+
+
+@pytest.fixture
+async def stub_client(stub_server: Any) -> Any:
+    from aiohttp.test_utils import TestClient
+
+    async with TestClient(stub_server) as client:
+        yield client
+
+
+def starlette_json(error: Any) -> str:
+    """vLLM's ErrorResponse as its JSONResponse writes it (Starlette's compact json.dumps)."""
+    return json.dumps(error.model_dump(), ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("shape", list(UUID_ONLY_PARTS))
+async def test_vllm_takes_uuid_only_parts_and_the_stub_reads_them_alike(
+    vllm_chat: Any, stub_client: Any, clips: dict[str, Path], shape: str
+) -> None:
+    path = clips["speech.wav"]
+    key = hashlib.sha256(path.read_bytes()).hexdigest()
+    body = user_body({**UUID_ONLY_PARTS[shape], "uuid": key})
+    result = await vllm_chat(body)
+    assert result.audio == [None] and result.uuids == [key]  # the uuid, no data
+    assert result.conversation[-1]["content"].count("<audio ") == 1  # same prompt as with data
+    # the stub: nothing held is vLLM's cache-miss 400; once held, the held clip
+    missed = await stub_client.post("/v1/chat/completions", json=body)
+    miss = ValueError("Cache miss for audio at index 0 but data is not provided.")
+    assert missed.status == 400 and await missed.text() == starlette_json(
+        create_error_response(miss)
+    )
+    held = await stub_client.post(
+        "/v1/chat/completions", json=user_body(data_parts(path, key)["input_audio"])
+    )
+    assert held.status == 200
+    again = await stub_client.post("/v1/chat/completions", json=body)
+    assert again.status == 200
+    assert [c["sha256"] for c in (await again.json())["stub"]["clips"]] == [key]
+
+
+@pytest.mark.parametrize(
+    "kind", ["audio_url", "audio_url-string", "audio_url-untyped", "input_audio"]
+)
+async def test_data_with_a_uuid_decodes_as_before(
+    vllm_chat: Any, stub_client: Any, clips: dict[str, Path], kind: str
+) -> None:
+    path = clips["speech.wav"]
+    body = user_body(data_parts(path, KEY)[kind])
+    result = await vllm_chat(body)
+    assert_same_samples(result.audio, [path])
+    assert result.uuids == [KEY]
+    answer = await stub_client.post("/v1/chat/completions", json=body)
+    assert answer.status == 200
+    clip = (await answer.json())["stub"]["clips"][0]
+    assert (clip["uuid"], clip["sha256"]) == (KEY, hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+@pytest.mark.parametrize("part", [{"type": "audio_url"}, {"type": "input_audio"}, {}])
+async def test_a_uuid_part_without_its_media_key_is_the_same_400_in_vllm_and_the_stub(
+    vllm_chat: Any, stub_client: Any, part: dict[str, Any]
+) -> None:
+    body = user_body({**part, "uuid": KEY})
+    with pytest.raises(VLLMValidationError) as caught:
+        await vllm_chat(body)
+    answer = await stub_client.post("/v1/chat/completions", json=body)
+    assert answer.status == 400
+    assert await answer.text() == starlette_json(create_error_response(caught.value))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_stubs_engine_drift_is_vllms_generation_error(
+    stub_client: Any, clips: dict[str, Path], stream: bool
+) -> None:
+    part = data_parts(clips["speech.wav"], KEY)["input_audio"]
+    assert (await stub_client.post("/v1/chat/completions", json=user_body(part))).status == 200
+    uuid_only = {"type": "input_audio", "input_audio": None, "uuid": KEY}
+    body = user_body(uuid_only, stream=stream)
+    answer = await stub_client.post(
+        "/v1/chat/completions", json=body, headers={"X-Stub-Mm-Drift": "1"}
+    )
+    error = GenerationError("Internal server error")
+    if not stream:
+        assert answer.status == 500
+        assert await answer.text() == starlette_json(create_error_response(error))
+        return
+    # chat_completion_stream_generator: create_error_response(str(e), InternalServerError, 500)
+    event = create_error_response(
+        str(error), err_type="InternalServerError", status_code=error.status_code
+    ).model_dump_json()
+    assert answer.status == 200
+    events = [b.removeprefix("data: ") for b in (await answer.text()).split("\n\n") if b]
+    assert events[1:] == [event, "[DONE]"]
+    assert json.loads(events[0])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+
+
+KWARGS_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    ({}, {}),
+    ({"audio_kwargs": {"padding": True}}, {}),
+    ({"sampling_rate": 16000}, {}),
+    ({"images_kwargs": {"size": 4}}, {}),
+    ({"videos_kwargs": {"fps": 2}}, {"image": {"mode": "RGB"}}),
+    ({}, {"audio": {"sr": 8000}}),
+    ({}, {"audio": {}}),
+    ({"audio_kwargs": {"padding": True}}, {"audio": {"sr": 8000}}),
+]
+
+
+def test_the_stubs_cache_key_follows_vllms_mm_hash() -> None:
+    """vLLM's own `get_mm_hashes`: the key is the uuid exactly when the stub's is, and two
+    requests share a key in vLLM exactly when they do in the stub."""
+    from vllm.multimodal.parse import MultiModalDataParser
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+
+    from gateway.stub_upstream.mm_cache import HeldPart, hash_factors, item_key
+
+    items = MultiModalDataParser(target_sr=16000).parse_mm_data({"audio": [None]})
+    vllm_keys, stub_keys = [], []
+    for processor, media in KWARGS_CASES:
+        inputs = ProcessorInputs(
+            prompt=[1],
+            mm_data_items=items,
+            mm_uuid_items={"audio": [KEY]},
+            hf_processor_mm_kwargs=processor,
+            media_io_kwargs=media,
+        )
+        vllm_keys.append(inputs.get_mm_hashes("stub-audio-model", "sha256")["audio"][0])
+        body = {"mm_processor_kwargs": processor, "media_io_kwargs": media}
+        stub_keys.append(item_key(HeldPart(KEY), "stub-audio-model", hash_factors(body)))
+    assert [k == KEY for k in vllm_keys] == [k == KEY for k in stub_keys]
+    assert [vllm_keys.index(k) for k in vllm_keys] == [stub_keys.index(k) for k in stub_keys]
+
+
+async def test_the_frontend_cpu_tool_decodes_data_parts_and_skips_uuid_only_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, audio_dir: Path, clips: dict[str, Path]
+) -> None:
+    """bench/vllm_frontend_cpu.py on bodies the stub recorded: vLLM decodes (and resamples)
+    the clip that came as data, and loads nothing for the uuid-only parts."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bench.vllm_frontend_cpu import measure, read_bodies
+    from gateway.stub_upstream import create_stub_app
+
+    monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", _Tracker)  # restored after
+    path = clips["stereo44.wav"]
+    key = hashlib.sha256(path.read_bytes()).hexdigest()
+    uuid_only = {"type": "audio_url", "audio_url": None, "uuid": key}
+    recorded = tmp_path / "bodies.jsonl"
+    app = create_stub_app(str(audio_dir.parent), record_bodies=str(recorded))
+    async with TestClient(TestServer(app)) as client:
+        for body in (
+            user_body(data_parts(path, key)["audio_url"]),
+            user_body(uuid_only, uuid_only),
+        ):
+            assert (await client.post("/v1/chat/completions", json=body)).status == 200
+    report = await measure(await asyncio.to_thread(read_bodies, recorded), repeat=2)
+    assert [(c.decoded, c.by_reference) for c in report.per_body] == [(1, 0), (0, 2)]
+    assert (report.audio_items_decoded, report.audio_items_by_reference) == (1, 2)
+    assert report.audio_cpu_seconds == sum(c.audio_ms for c in report.per_body) / 1000
+    assert all(c.audio_ms == max(0.0, c.cpu_ms - c.text_only_ms) for c in report.per_body)

@@ -11,8 +11,10 @@ decodes every clip, and answers with what it got: per clip the sha256 of the dec
 MIME type, size, duration and sample rate. Chat answers honour `max_tokens` (a word a token)
 and carry `reasoning` when the `X-Stub-Reasoning` header gives it. It streams SSE when asked,
 speaks vLLM's realtime WebSocket (`/v1/realtime`, `realtime.py`), and reads the speech-to-text
-routes' multipart forms as vLLM's FastAPI handler does (`speech.py`). Run alone with
-`python -m gateway.stub_upstream --port 8000`.
+routes' multipart forms as vLLM's FastAPI handler does (`speech.py`). It holds clips by uuid
+as vLLM's multimodal processor cache does (`mm_cache.py`, `cache_control.py`: uuid-only parts,
+the cache-miss 400, /pause /sleep /reset_mm_cache, engine drift) and can record the chat bodies
+it receives (`body_log.py`). Run alone with `python -m gateway.stub_upstream --port 8000`.
 """
 
 from .app import create_stub_app, main, vllm_error

@@ -13,7 +13,10 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from .body_log import BodyLog
+from .cache_control import add_cache_control_routes, add_mm_cache_arguments, admit_audio
 from .media import AUDIO_FETCH_TIMEOUT_SECONDS, ClipReport, StubRejection
+from .mm_cache import DEFAULT_CACHE_GB, GIB, AudioItem, MmProcessorCache
 from .parts import chat_message_clips, responses_item_clips
 from .realtime import echo_session, realtime
 from .speech import add_speech_routes
@@ -36,17 +39,25 @@ def create_stub_app(
     responses_accept_audio: bool = False,
     allowed_media_domains: list[str] | None = None,
     window: ModelWindow | None = None,
+    mm_processor_cache_gb: float = DEFAULT_CACHE_GB,
+    mm_engine_cache_gb: float | None = None,
+    mm_preprocess_delay_seconds: float = 0.0,
+    record_bodies: str | None = None,
 ) -> web.Application:
     """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
     and `audio_url` parts; vLLM 0.33's refuses them (the default). `allowed_media_domains` is
     vLLM's --allowed-media-domains (None: any host); the fetch timeout is
     VLLM_AUDIO_FETCH_TIMEOUT from the environment, as vLLM reads it. `window` makes chat
-    completions a short-window, slow, observable model (`window.py`)."""
+    completions a short-window, slow, observable model (`window.py`). The multimodal processor
+    cache (`mm_cache.py`): `mm_processor_cache_gb` as vLLM's flag (0: off), the engine replica's
+    size (None: the same), and the delay a data-carrying request waits before its clips are
+    held. `record_bodies`: a JSONL file of every chat body received (`body_log.py`)."""
     middlewares = [_count, windowed] if window is not None else [_count]
     app = web.Application(client_max_size=2 * 1024**3, middlewares=middlewares)
     if window is not None:
         app[window_key] = window
     timeout = float(os.environ.get("VLLM_AUDIO_FETCH_TIMEOUT", AUDIO_FETCH_TIMEOUT_SECONDS))
+    body_log = BodyLog(record_bodies) if record_bodies else None
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
         if allowed_local_media_path
@@ -57,10 +68,19 @@ def create_stub_app(
         audio_fetch_timeout_seconds=timeout,
         record=record,
         responses_accept_audio=responses_accept_audio,
+        mm_cache=MmProcessorCache(
+            round(mm_processor_cache_gb * GIB),
+            None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB),
+        ),
+        mm_preprocess_delay_seconds=mm_preprocess_delay_seconds,
+        body_log=body_log,
     )
+    if body_log is not None:
+        app.cleanup_ctx.append(body_log.lifetime)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/responses", responses)
     add_speech_routes(app)
+    add_cache_control_routes(app)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", vllm_health)
     app.router.add_get("/metrics", vllm_metrics)
@@ -88,14 +108,22 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
         return response
     except StubRejection as exc:
         state.rejected += 1
-        return vllm_error(str(exc))
+        return vllm_error(str(exc), kind=exc.kind, param=exc.param)
 
 
-def vllm_error(message: str, status: int = 400) -> web.Response:
+def vllm_error(
+    message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None
+) -> web.Response:
+    """vLLM's ErrorResponse, serialised as Starlette's JSONResponse does (compact)."""
     return web.json_response(
-        {"error": {"message": message, "type": "BadRequestError", "param": None, "code": status}},
+        {"error": {"message": message, "type": kind, "param": param, "code": status}},
         status=status,
+        dumps=_compact_json,
     )
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -117,14 +145,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if not isinstance(messages, list) or not messages:
         raise StubRejection("'messages' must be a non-empty list")
     state = request.app[stub_state_key]
-    clips: list[ClipReport] = []
+    if state.body_log is not None:
+        await state.body_log.append(await request.read())
+    items: list[AudioItem] = []
     for message in messages:
-        clips.extend(await chat_message_clips(message, state))
+        items.extend(await chat_message_clips(message, state))
+    admission = await admit_audio(request, body, items)  # a 400 on a miss, before any stream
+    clips = admission.clips
     report = state.last_report = _report(body, clips, messages[-1] if messages else None)
     state.audio_requests += bool(clips)
     text = request.get(ANSWER_KEY) or _summary(clips)  # a model window says what it kept
     answer = _ChatAnswer(text, body, request.headers.get("X-Stub-Reasoning"))
     tokens = token_fields(body, messages, clips, answer.pieces())  # None unless asked
+    if admission.engine_misses:
+        return await _engine_failure(request, body, report)
     if body.get("stream"):
         return await _stream_chat(request, body, report, answer, tokens)
     reply: dict[str, Any] = {"role": "assistant", "content": " ".join(answer.words)}
@@ -200,13 +234,8 @@ async def _stream_chat(
     async def send(chunk: dict[str, Any]) -> None:
         await _sse(response, tokens.chunk(chunk) if tokens else chunk)
 
-    base = {
-        "id": "chatcmpl-stub",
-        "object": "chat.completion.chunk",
-        "model": body.get("model", "stub"),
-    }
-    first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}], "stub": report}
-    await send(first)
+    base = _chunk_base(body)
+    await send(_role_chunk(base, report))
     await _maybe_hold(request, "1")
     for piece in _pieces(answer.reasoning.split(" ") if answer.reasoning else []):
         await send({**base, "choices": [{"index": 0, "delta": {"reasoning": piece}}]})
@@ -219,6 +248,36 @@ async def _stream_chat(
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
         await send({**base, "choices": [], "usage": answer.usage()})
+    await response.write(b"data: [DONE]\n\n")
+    return await _finish_sse(request, response)
+
+
+def _chunk_base(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion.chunk",
+        "model": body.get("model", "stub"),
+    }
+
+
+def _role_chunk(base: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's first chunk: the role, with empty content (no token yet)."""
+    delta = {"role": "assistant", "content": ""}
+    return {**base, "choices": [{"index": 0, "delta": delta}], "stub": report}
+
+
+async def _engine_failure(
+    request: web.Request, body: dict[str, Any], report: dict[str, Any]
+) -> web.StreamResponse:
+    """The engine lost a held item (P0/P1 drift): vLLM's GenerationError, a 500 or, streamed,
+    after the role chunk (`chat_completion/serving.py:585-686, 947-953, 497-507`)."""
+    message, kind = "Internal server error", "InternalServerError"
+    if not body.get("stream"):
+        return vllm_error(message, 500, kind)
+    response = await _start_sse(request)
+    await _sse(response, _role_chunk(_chunk_base(body), report))
+    error = {"error": {"message": message, "type": kind, "param": None, "code": 500}}
+    await response.write(f"data: {_compact_json(error)}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
     return await _finish_sse(request, response)
 
@@ -240,14 +299,15 @@ async def responses(request: web.Request) -> web.StreamResponse:
         raise StubRejection("metadata must map strings to strings")
     items = body.get("input")
     state = request.app[stub_state_key]
-    clips: list[ClipReport] = []
+    parts: list[AudioItem] = []
     last: Any = None
     if isinstance(items, list):
         for item in items:
-            clips.extend(await responses_item_clips(item, state))
+            parts.extend(await responses_item_clips(item, state))
             last = item
     elif not isinstance(items, str):
         raise StubRejection("'input' must be a string or a list of items")
+    clips = (await admit_audio(request, body, parts)).clips
     report = state.last_report = _report(body, clips, last)
     state.audio_requests += bool(clips)
     result = {
@@ -385,6 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--allowed-media-domains", nargs="+", default=None)
     add_window_arguments(parser)
+    add_mm_cache_arguments(parser)
     args = parser.parse_args(argv)
     app = create_stub_app(
         args.allowed_local_media_path,
@@ -392,6 +453,10 @@ def main(argv: list[str] | None = None) -> None:
         responses_accept_audio=args.responses_accept_audio,
         allowed_media_domains=args.allowed_media_domains,
         window=window_from_arguments(args),
+        mm_processor_cache_gb=args.mm_processor_cache_gb,
+        mm_engine_cache_gb=args.mm_engine_cache_gb,
+        mm_preprocess_delay_seconds=args.mm_preprocess_delay_ms / 1000,
+        record_bodies=args.record_bodies,
     )
     web.run_app(
         app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None

@@ -35,7 +35,15 @@ AUDIO_FETCH_TIMEOUT_SECONDS = 10.0  # vLLM's default VLLM_AUDIO_FETCH_TIMEOUT
 
 
 class StubRejection(Exception):
-    """What vLLM would answer 400 to."""
+    """What vLLM would answer 400 to; `param` names the field when vLLM's error does, `kind`
+    is the error's type ("Bad Request" for FastAPI's validation of query parameters)."""
+
+    def __init__(
+        self, message: str, param: str | None = None, kind: str = "BadRequestError"
+    ) -> None:
+        super().__init__(message)
+        self.param = param
+        self.kind = kind
 
 
 @dataclass(frozen=True)

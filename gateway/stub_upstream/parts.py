@@ -14,7 +14,10 @@ from .media import (
     fetch_remote_media,
     read_local_media,
 )
+from .mm_cache import AudioItem, HeldPart
 from .state import StubState
+
+AUDIO_PARTS = ("audio_url", "input_audio")
 
 CHAT_PART_KEYS = {
     "text": "text",
@@ -42,7 +45,7 @@ RESPONSES_OUTPUT_PARTS = ("output_text", "refusal")
 RESPONSES_AUDIO_PARTS = ("input_audio", "audio_url")
 
 
-async def chat_message_clips(message: Any, state: StubState) -> list[ClipReport]:
+async def chat_message_clips(message: Any, state: StubState) -> list[AudioItem]:
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise StubRejection("each message must be an object with a 'role'")
     content = message.get("content")
@@ -53,29 +56,57 @@ async def chat_message_clips(message: Any, state: StubState) -> list[ClipReport]
     return [clip for part in content if (clip := await _part_clip(part, CHAT_PART_KEYS, state))]
 
 
-async def _part_clip(part: Any, known: dict[str, str], state: StubState) -> ClipReport | None:
-    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+MISSING_TYPE = "Missing 'type' field in multimodal part. (parameter=type)"  # str() of vLLM's error
+# Without a `type` vLLM takes the part by its media key, in this order (`chat_message.py:255`).
+UNTYPED_MEDIA_KEYS = ("image_url", "audio_url", "input_audio", "video_url")
+
+
+async def _part_clip(part: Any, known: dict[str, str], state: StubState) -> AudioItem | None:
+    if not isinstance(part, dict):
         raise StubRejection(f"a content part must be an object with a 'type': {part!r:.80}")
+    untyped = part.get("type") is None
+    if untyped:
+        kind = next((key for key in UNTYPED_MEDIA_KEYS if key in part), None)
+        if kind is None:
+            raise StubRejection(MISSING_TYPE, param="type")
+        part = {**part, "type": kind}
     kind = part["type"]
-    if kind not in known:
+    if not isinstance(kind, str) or kind not in known:
         raise StubRejection(f"Unknown part type: {kind}")
     extra = set(part) - {"type", known[kind], "uuid"} - OPTIONAL_PART_KEYS.get(kind, set())
     if extra:
         raise StubRejection(f"unexpected keys {sorted(extra)} in a {kind} part")
+    uuid = None if part.get("uuid") is None else str(part["uuid"])  # vLLM str()s any uuid
     if known[kind] not in part:
+        if uuid is not None and kind in AUDIO_PARTS:  # vLLM's uuid branch finds no media key
+            raise StubRejection(MISSING_TYPE, param="type")
         raise StubRejection(f"a {kind} part needs its {known[kind]!r} field")
-    uuid = part.get("uuid")
-    if uuid is not None and not isinstance(uuid, str):
-        raise StubRejection("a part's uuid must be a string")
+    if kind not in AUDIO_PARTS:
+        return None
+    if uuid is not None and not _carries_data(kind, part[kind]):
+        return HeldPart(uuid)
     if kind == "audio_url":
-        return await _audio_url_clip(part["audio_url"], state, uuid)
-    if kind == "input_audio":
-        return _input_audio_clip(part["input_audio"], uuid)
-    return None
+        # vLLM's lenient branch (a uuid, or no type) also takes a bare URL string
+        lenient = untyped or uuid is not None
+        clip = await _audio_url_clip(part["audio_url"], state, uuid, lenient)
+    else:
+        clip = _input_audio_clip(part["input_audio"], uuid)
+    state.decodes += 1
+    return clip
 
 
-async def _audio_url_clip(value: Any, state: StubState, uuid: str | None) -> ClipReport:
-    url = value.get("url") if isinstance(value, dict) else None
+def _carries_data(kind: str, value: Any) -> bool:
+    """vLLM's uuid branch loads nothing for a falsy URL or data (`content_parser.py:476-502`):
+    `audio_url` null, "" or {"url": ""}; `input_audio` null or {"data": ""}."""
+    if isinstance(value, dict):
+        value = value.get("url" if kind == "audio_url" else "data")
+    return bool(value)
+
+
+async def _audio_url_clip(
+    value: Any, state: StubState, uuid: str | None, lenient: bool = False
+) -> ClipReport:
+    url = value.get("url") if isinstance(value, dict) else value if lenient else None
     if not isinstance(url, str):
         raise StubRejection("audio_url.url must be a string")
     if url.startswith("data:"):
@@ -110,7 +141,7 @@ def _input_audio_clip(value: Any, uuid: str | None) -> ClipReport:
     return decode_audio(b64_bytes(value["data"]), "data", f"audio/{fmt}", uuid)
 
 
-async def responses_item_clips(item: Any, state: StubState) -> list[ClipReport]:
+async def responses_item_clips(item: Any, state: StubState) -> list[AudioItem]:
     if not isinstance(item, dict):
         raise StubRejection("each input item must be an object")
     if item.get("type", "message") != "message":

@@ -115,6 +115,7 @@ async def _speech(request: web.Request, task: Task) -> web.StreamResponse:
         return _error("Invalid or unsupported audio file.", 400)
     report = _report(clip, upload, items, task)
     request.app[stub_state_key].audio_requests += 1
+    request.app[stub_state_key].decodes += 1
     if form.stream:
         return await _stream(request, form, task, report)
     return web.json_response(_answer(form, task, report))

@@ -8,6 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
+from .body_log import BodyLog
+from .mm_cache import DEFAULT_CACHE_GB, GIB, MmProcessorCache
+
 
 @dataclass
 class ReceivedRequest:
@@ -29,6 +32,12 @@ class StubState:
     request_count: int = 0
     audio_requests: int = 0
     rejected: int = 0
+    decodes: int = 0  # audio items the stub decoded (a uuid-only part decodes nothing)
+    mm_cache: MmProcessorCache = field(
+        default_factory=lambda: MmProcessorCache(int(DEFAULT_CACHE_GB * GIB))
+    )
+    mm_preprocess_delay_seconds: float = 0.0
+    body_log: BodyLog | None = None
     streams_finished: int = 0
     cancelled: int = 0
     hold: asyncio.Event = field(default_factory=asyncio.Event)

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from .cache_control import admit_audio
 from .media import ClipReport, StubRejection
 from .parts import chat_message_clips
 from .state import stub_state_key
@@ -210,7 +211,8 @@ async def tokenize(request: web.Request) -> web.Response:
     if isinstance(body.get("messages"), list):
         messages = body["messages"]
         state = request.app[stub_state_key]
-        clips = [clip for message in messages for clip in await chat_message_clips(message, state)]
+        items = [item for message in messages for item in await chat_message_clips(message, state)]
+        clips = (await admit_audio(request, body, items)).clips  # uuid-only parts: held items
         tokens = prompt_token_ids(messages, clips, bool(body.get("add_generation_prompt", True)))
         words = None
     else:

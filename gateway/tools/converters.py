@@ -22,6 +22,7 @@ from ..body import SegmentedPayload
 from ..config import Config
 from ..errors import GatewayError
 from ..pipeline import RewritePipeline
+from ..referenced_body import ReferencedBody
 from ..sidechannel import Sidechannel
 from .blobs import ClipDirectory, StagedClip
 from .inline import InlineAudioFound, KeepInline, find_inline_audio, with_paths
@@ -111,7 +112,9 @@ class AudioConverter(RowConverter):
 
     async def upstream_body(self, raw: bytes, found: RowRequest) -> bytes | SegmentedPayload:
         """What the gateway sends upstream for this request (`raw` when it forwards it as is)."""
-        return await self.pipeline.rewrite(raw, route_shape(found, self.config, bridge=False))
+        body = await self.pipeline.rewrite(raw, route_shape(found, self.config, bridge=False))
+        assert not isinstance(body, ReferencedBody)  # route_shape's shapes carry every clip
+        return body
 
 
 class Inliner(AudioConverter):

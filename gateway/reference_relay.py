@@ -1,0 +1,259 @@
+"""Sending a body whose clips may go by reference, and sending it once more with their data.
+
+`ReferenceRelay.relay` asks the record (`upstream_clips.py`) which clips the upstream holds,
+sends those as uuid-only parts, and watches the start of the answer before the client sees
+any of it. When the upstream did not have them, the whole request goes again with every
+clip's data (and uuid), and the client sees only that second answer:
+
+- a 400 whose `error.message` starts with `Cache miss for` (vLLM 0.33's processor cache);
+- a 500 (vLLM's engine cache drifted from its API server's: "Internal server error");
+- a 2xx event stream with an error event, or cut, before the first event with content,
+  reasoning or a tool call: these first events are held back until one arrives.
+
+Nothing is retried once content may have reached the client, nor a request that carried no
+reference, nor a retry; any other answer is relayed as it is. The answer itself is written by
+the caller's `Answer` (the plain relay, or the Responses bridge), given the upstream response
+with the held-back events put back in front.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+from aiohttp import web
+
+from .bridge import BridgedRequest
+from .bridge_relay import bridge_headers, bridged_answer, chat_target
+from .metrics import GatewayMetrics
+from .referenced_body import ReferencedBody
+from .relay import RELAY_FAILURES, relay_answer, upstream_errors, upstream_target
+from .sse_watch import AnswerWatch, is_cache_miss
+from .upstream import UpstreamPool, UpstreamResponse
+from .upstream_clips import ClipKey, Sending, UpstreamClips
+
+log = logging.getLogger(__name__)
+
+Answer = Callable[[UpstreamResponse], Awaitable[web.StreamResponse]]
+# vLLM 0.33's routes that empty its processor cache (/pause unless clear_cache=false, /sleep
+# from level 1): any success forgets every clip, which costs data, never a miss.
+CACHE_CLEARING_PATHS = frozenset(
+    {"/pause", "/sleep", "/reset_mm_cache", "/release_kv_cache_memory"}
+)
+MISS_BODY_MAX_BYTES = 64 * 1024  # a 400 larger than this is not vLLM's cache-miss error
+RETRY_REASONS = ("cache_miss", "upstream_error", "stream_error")
+
+
+class ReferenceRelay:
+    def __init__(self, clips: UpstreamClips, metrics: GatewayMetrics) -> None:
+        self.clips = clips
+        self._parts = {form: metrics.audio_parts.labels(form) for form in ("data", "reference")}
+        self._retries = {
+            reason: metrics.reference_retries.labels(reason) for reason in RETRY_REASONS
+        }
+        self._saved = metrics.reference_bytes_saved
+
+    async def relay(
+        self,
+        pool: UpstreamPool,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: ReferencedBody,
+        answer: Answer,
+    ) -> web.StreamResponse:
+        """Send `body` to `target` (by reference where the record allows) and `answer` with the
+        upstream's response, sending it again with every clip's data when that one missed."""
+        references, sending = await self.clips.plan(body.keys)
+        try:
+            upstream = await self._send(pool, target, headers, body, references, sending)
+            if not references:
+                return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
+            reason, held, rest = await _first_answer(upstream)
+            if reason is None:
+                self._saved.inc(body.by_reference(references)[1])
+                if _is_ok_stream(upstream):  # held back until content (or its clean end)
+                    sending.succeeded()
+                return await answer(_Watched(upstream, held, rest, sending, watch=False))
+            upstream.close()
+            self._retries[reason].inc()
+            self.clips.forget(body.keys)
+            sending.ended()
+            sending = self.clips.sending(list(body.keys))
+            upstream = await self._send(pool, target, headers, body, frozenset(), sending)
+            return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
+        finally:
+            sending.ended()
+
+    async def relay_route(
+        self,
+        request: web.Request,
+        pool: UpstreamPool,
+        headers: Sequence[tuple[str, str]],
+        body: ReferencedBody,
+    ) -> web.StreamResponse:
+        """Chat completions: the client's own route, answered as the upstream answers."""
+        target = upstream_target(pool, request)
+        return await self.relay(
+            pool, target, headers, body, lambda up: relay_answer(request, pool, up)
+        )
+
+    async def relay_bridged(
+        self,
+        request: web.Request,
+        pool: UpstreamPool,
+        headers: Sequence[tuple[str, str]],
+        body: ReferencedBody,
+        bridged: BridgedRequest,
+    ) -> web.StreamResponse:
+        """The Responses bridge: the upstream's chat route, answered as Responses."""
+        target = chat_target(pool, request)
+        return await self.relay(
+            pool,
+            target,
+            bridge_headers(list(headers)),
+            body,
+            lambda up: bridged_answer(request, pool, up, bridged),
+        )
+
+    def after_passthrough(self, request: web.Request, response: web.StreamResponse) -> None:
+        """A relayed `POST /pause`, `/sleep` or `/reset_mm_cache` that succeeded emptied the
+        upstream's caches: forget every clip."""
+        if (
+            request.method == "POST"
+            and request.path in CACHE_CLEARING_PATHS
+            and 200 <= response.status < 300
+        ):
+            self.clips.forget_all()
+
+    async def _send(
+        self,
+        pool: UpstreamPool,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: ReferencedBody,
+        references: frozenset[ClipKey],
+        sending: Sending,
+    ) -> UpstreamResponse:
+        payload = body.render(references)
+        count, _ = body.by_reference(references) if references else (0, 0)
+        if count:
+            self._parts["reference"].inc(count)
+        if count < len(body.parts):
+            self._parts["data"].inc(len(body.parts) - count)
+        with upstream_errors(pool):
+            upstream = await pool.request("POST", target, headers, payload)
+        if _is_ok_stream(upstream):
+            sending.rendered()
+        return upstream
+
+
+async def _first_answer(
+    upstream: UpstreamResponse,
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
+    """Why the upstream's answer to a request with references calls for a retry (None: it
+    does not), the body pieces read to tell, and the rest of the body. Closes `upstream`
+    when the caller is cancelled meanwhile (the client went away)."""
+    try:
+        if upstream.status == 500:
+            return "upstream_error", [], _nothing()
+        if upstream.status == 400:
+            return await _bad_request(upstream)
+        if _is_ok_stream(upstream):
+            return await _held_back(upstream)
+        return None, [], upstream.chunks()
+    except BaseException:
+        upstream.close()
+        raise
+
+
+async def _bad_request(
+    upstream: UpstreamResponse,
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
+    length = upstream.content_length
+    if length is None or length > MISS_BODY_MAX_BYTES:
+        return None, [], upstream.chunks()
+    chunks = upstream.chunks()
+    received = [chunk async for chunk in chunks]
+    reason = "cache_miss" if is_cache_miss(b"".join(received)) else None
+    return reason, received, chunks
+
+
+async def _held_back(
+    upstream: UpstreamResponse,
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
+    """Read the stream until its first content (None: go on) or its failure ("stream_error")."""
+    watch = AnswerWatch()
+    held: list[bytes] = []
+    chunks = upstream.chunks()
+    while True:
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return None, held, chunks  # a complete answer without content: relayed as it is
+        except RELAY_FAILURES as exc:
+            log.info("upstream stream cut before any content (%r): retrying with data", exc)
+            return "stream_error", held, chunks
+        held.append(chunk)
+        verdict = watch.feed(chunk)
+        if verdict == "error":
+            return "stream_error", held, chunks
+        if verdict is not None:
+            return None, held, chunks
+
+
+def _is_ok_stream(upstream: UpstreamResponse) -> bool:
+    """A 2xx event stream: vLLM's streamed chat answer."""
+    content_type = upstream.header(b"content-type") or b""
+    return 200 <= upstream.status < 300 and content_type.startswith(b"text/event-stream")
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield
+
+
+class _Watched(UpstreamResponse):
+    """The upstream response with the pieces already read put back in front; it marks the
+    request's clips as held once the answer succeeded: complete, or with `watch`, a 2xx
+    stream's first content."""
+
+    def __init__(
+        self,
+        upstream: UpstreamResponse,
+        held: list[bytes],
+        rest: AsyncIterator[bytes],
+        sending: Sending,
+        *,
+        watch: bool,
+    ) -> None:
+        # Not UpstreamResponse.__init__: this one delegates to `upstream`, it owns no connection.
+        self._upstream = upstream
+        self.status = upstream.status
+        self.headers = upstream.headers
+        self.released = False
+        self._held = held
+        self._rest = rest
+        self._sending = sending
+        self._ok = 200 <= upstream.status < 300
+        self._watch = AnswerWatch() if watch and _is_ok_stream(upstream) else None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        held, self._held = self._held, []
+        for chunk in held:
+            yield chunk
+        async for chunk in self._rest:
+            self._see(chunk)
+            yield chunk
+        if self._ok and (self._watch is None or self._watch.verdict != "error"):
+            self._sending.succeeded()
+
+    def _see(self, chunk: bytes) -> None:
+        watch = self._watch
+        if watch is None or watch.verdict is not None:
+            return
+        verdict = watch.feed(chunk)
+        if verdict is not None and verdict != "error":
+            self._sending.succeeded()
+
+    def close(self) -> None:
+        self._upstream.close()
