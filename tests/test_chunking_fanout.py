@@ -272,3 +272,29 @@ async def test_any_completion_order_gives_the_clip_in_order(
 
 def sse_lines(text: str) -> list[str]:
     return [line[6:] for line in text.split("\n") if line.startswith("data: ")]
+
+
+async def test_reference_mode_pieces_carry_their_uuid_and_always_their_data(
+    make_gateway: Any, long_pcm: numpy.ndarray, stub: Any
+) -> None:
+    """`repeats = "reference"` and chunking: a piece is named by its own sha256 but never sent
+    by reference, so the second seed's pieces are decoded again and the answer is whole."""
+    gateway = await make_gateway(chunking=CHUNKING, splice={"repeats": "reference"})
+    for seed in range(2):
+        sent = len(stub.requests)
+        response = await post_chat(gateway)
+        answer = await response.json()
+        assert response.status == 200, answer
+        assert_pieces_are_the_clip(heard(answer["choices"][0]["message"]["content"]), long_pcm)
+        parts = [
+            part
+            for received in stub.requests[sent:]
+            for part in json.loads(received.body)["messages"][-1]["content"]
+            if part["type"] == "audio_url"
+        ]
+        assert len(parts) == len(stub.requests) - sent > 1, seed
+        for part in parts:
+            data = part["audio_url"]["url"].split(",", 1)[1]
+            assert part["uuid"] == hashlib.sha256(base64.b64decode(data)).hexdigest()
+    metrics = await gateway_metrics(gateway)
+    assert metrics.get('audio_gateway_audio_parts_total{form="reference"}', 0) == 0
