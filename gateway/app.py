@@ -226,8 +226,11 @@ async def fan_out(
     # The gateway reads and merges the answers: no compressed ones (as for the bridge).
     headers = bridge_headers(request_headers_for_upstream(request, json_body=True, decoded=True))
     limit = settings.max_concurrent_chunks
-    async with PieceRuns(pool, target, headers, chunked, limit, app[metrics_key]) as runs:
-        return await answer_chunked(request, runs, chunked, settings.join, bridged)
+    try:
+        async with PieceRuns(pool, target, headers, chunked, limit, app[metrics_key]) as runs:
+            return await answer_chunked(request, runs, chunked, settings.join, bridged)
+    finally:
+        await chunked.aclose()
 
 
 async def speech(request: web.Request) -> web.StreamResponse:

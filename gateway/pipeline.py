@@ -285,20 +285,25 @@ class RewritePipeline:
         found = await self.chunker.split(clip)
         if found is None:
             return None
-        refuse_unmergeable(body, shape.name)
-        label, given, param = _named(clip)
-        chunked = chunked_request(
+        try:
+            refuse_unmergeable(body, shape.name)
+            label, given, param = _named(clip)
+            if shape.input_audio_parts:  # refused now, not once per piece: wav or mp3 only
+                mime, fix = found.pieces[0].mime, shape.input_audio_fix
+                input_audio_format(mime, label=label, given=given, param=param, fix=fix)
+        except BaseException:
+            if found.close is not None:
+                await asyncio.to_thread(found.close)
+            raise
+        return chunked_request(
             body,
             found.pieces,
             clip=f"{label} {given!r}",
             param=param,
             splice=shape.splice,
             part=lambda piece, placeholders: self._part(piece, shape, placeholders),
+            release=found.close,
         )
-        if shape.input_audio_parts:  # refused now, not once per piece: wav or mp3 only
-            mime, fix = found.pieces[0].mime, shape.input_audio_fix
-            input_audio_format(mime, label=label, given=given, param=param, fix=fix)
-        return chunked
 
     def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
         part: Part

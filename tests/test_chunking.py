@@ -26,12 +26,13 @@ from hypothesis import strategies as st
 
 from gateway.chunking import Chunker, ClipPieces
 from gateway.chunking.cutter import cut_clip
+from gateway.chunking.pieces import OnDemandPiece
 from gateway.chunking.reading import Base64File
 from gateway.config import Config
 from gateway.encoder import EncodedAudio, StreamedAudio
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
-from gateway.pipeline import PathClip, RewritePipeline, build_pipeline
+from gateway.pipeline import CHAT_AUDIO_URL, PathClip, RewritePipeline, build_pipeline
 from gateway.sidechannel import DEFAULT_KEYS, InlineAudio, parse_data_uri
 
 from .objectstore import S3Server, aws_environment, s3_config, s3_server
@@ -422,8 +423,9 @@ def test_pieces_of_any_lossless_clip_concatenate_to_it_exactly(
 
 @pytest.mark.timeout(600)
 def test_a_60_minute_clip_is_cut_in_bounded_memory(tmp_path: Path) -> None:
-    """Peak RSS growth while splitting, beyond the pieces' own bytes (which the result holds),
-    measured in a fresh process (`bench.chunker`); a generous memory bound, no timing."""
+    """Peak RSS growth while splitting and producing every piece (4 at a time, as the fan-out
+    does), measured in a fresh process (`bench.chunker`): the pieces of a clip this long are
+    over `cache.max_item_bytes`, so they are made on demand and never all held. No timing."""
     result = subprocess.run(
         [
             sys.executable,
@@ -447,7 +449,8 @@ def test_a_60_minute_clip_is_cut_in_bounded_memory(tmp_path: Path) -> None:
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["audio_seconds"] == 3600
     assert 120 <= figures["pieces"] <= 3600 // 25  # pieces of 25-30 s (quiet cuts)
-    assert figures["working_rss_mib"] <= 64, figures
+    assert figures["on_demand"] and figures["pieces_held_mib"] == 0, figures
+    assert figures["peak_rss_growth_mib"] <= 64, figures
 
 
 @settings(max_examples=200, deadline=None)
@@ -485,13 +488,65 @@ async def test_a_file_changed_before_its_cut_is_409(tmp_path: Path) -> None:
     assert (raised.value.status, raised.value.code) == (409, "audio_file_changed")
 
 
-async def test_pieces_over_the_item_limit_are_not_kept(tmp_path: Path) -> None:
+async def test_pieces_over_the_item_limit_are_cut_on_demand_and_not_kept(tmp_path: Path) -> None:
     (tmp_path / "clip.wav").write_bytes(encode(speech_like(3.5, 16000), 16000, "WAV", "PCM_16"))
+    cached, cached_pipeline = await chunker_of(config(tmp_path))
+    whole = await cached.split(await path_clip(cached_pipeline, "clip.wav"))
     chunker, pipeline = await chunker_of(config(tmp_path, cache={"max_item_bytes": 20_000}))
     clip = await path_clip(pipeline, "clip.wav")  # 32 kB pieces: over the limit
     assert isinstance(clip.audio, StreamedAudio)  # so is the clip
     await clip.audio.aclose()
     first = await chunker.split(clip)
-    assert first is not None and pipeline.store.entries == 0  # neither pieces nor outline
-    second = await chunker.split(clip)
-    assert second == first and second is not first  # cut again, alike
+    assert whole is not None and first is not None and pipeline.store.entries == 0
+    assert all(isinstance(piece, OnDemandPiece) for piece in first.pieces)
+    assert first.close is not None and whole.close is None
+    # read back in any order, each piece is the cached cut's, byte for byte
+    for piece in reversed(first.pieces):
+        assert piece.data == whole.pieces[piece.index].data
+    assert_well_formed(first, 16000, 1)
+    second = await chunker.split(clip)  # per request: its own cut, its own file
+    assert second is not None and second.close is not None
+    assert [p.data for p in second.pieces] == [p.data for p in first.pieces]
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize(("container", "subtype", "extension", "dtype"), LOSSLESS)
+async def test_on_demand_pieces_concatenate_to_the_clip_exactly(
+    tmp_path: Path, container: str, subtype: str, extension: str, dtype: str
+) -> None:
+    source = encode(speech_like(3.3, 8000, channels=2), 8000, container, subtype)
+    (tmp_path / f"clip{extension}").write_bytes(source)
+    for cache in ({"max_item_bytes": 1000}, {"max_item_bytes": 1000, "max_bytes": "64MiB"}):
+        chunker, pipeline = await chunker_of(config(tmp_path, cache=cache))
+        clip = await path_clip(pipeline, f"clip{extension}")
+        pieces = await chunker.split(clip)
+        assert pieces is not None and pieces.close is not None and len(pieces.pieces) == 4
+        assert np.array_equal(joined(pieces, dtype), decode(source, dtype)[0])
+        pieces.close()
+        if isinstance(clip.audio, StreamedAudio):
+            await clip.audio.aclose()
+
+
+async def test_inline_audio_is_cut_on_demand_from_its_base64(tmp_path: Path) -> None:
+    source = encode(speech_like(2.5, 16000), 16000, "FLAC", "PCM_16")
+    chunker, _ = await chunker_of(config(tmp_path, cache={"max_item_bytes": 1000}))
+    pieces = await chunker.split(inline_clip(source, "audio/flac"))
+    assert pieces is not None and pieces.close is not None
+    assert np.array_equal(joined(pieces, "int16"), decode(source, "int16")[0])
+    pieces.close()
+
+
+async def test_a_refused_on_demand_request_releases_the_clip_file(tmp_path: Path) -> None:
+    """Refused after the cut (`chunking_unsupported`): the clip's file is closed at once."""
+    (tmp_path / "clip.wav").write_bytes(encode(speech_like(3.5, 16000), 16000, "WAV", "PCM_16"))
+    chunker, pipeline = await chunker_of(config(tmp_path, cache={"max_item_bytes": 20_000}))
+    opened = len(os.listdir("/proc/self/fd"))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}
+    body["metadata"] = {"audio_path": "clip.wav"}
+    shape = CHAT_AUDIO_URL
+    pipeline.chunker = chunker
+    with pytest.raises(GatewayError) as refused:
+        await pipeline.rewrite(json.dumps(body).encode(), shape, split=True)
+    assert refused.value.code == "chunking_unsupported"
+    assert len(os.listdir("/proc/self/fd")) == opened

@@ -6,8 +6,10 @@ checked against the clip's own samples."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +300,36 @@ async def test_reference_mode_pieces_carry_their_uuid_and_always_their_data(
             assert part["uuid"] == hashlib.sha256(base64.b64decode(data)).hexdigest()
     metrics = await gateway_metrics(gateway)
     assert metrics.get('audio_gateway_audio_parts_total{form="reference"}', 0) == 0
+
+
+def _open_clip_files(audio_dir: Path) -> list[str]:
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [link for link in links if link.startswith(str(audio_dir))]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_clip_too_big_to_keep_is_cut_on_demand_and_released(
+    make_gateway: Any, long_pcm: numpy.ndarray, audio_dir: Path, stream: bool
+) -> None:
+    """Pieces over `cache.max_item_bytes` are read from the clip as they are sent: the answer
+    is the same, nothing is kept, and the clip's file is closed when the request is over."""
+    gateway = await make_gateway(chunking=CHUNKING, cache={"max_item_bytes": 50_000})
+    response = await post_chat(gateway, stream=stream)
+    text = await response.text()
+    assert response.status == 200, text
+    if stream:
+        deltas = [
+            json.loads(line[6:])["choices"][0]["delta"].get("content", "")
+            for line in text.splitlines()
+            if line.startswith("data: {")
+        ]
+        content = "".join(d for d in deltas if d)
+    else:
+        content = json.loads(text)["choices"][0]["message"]["content"]
+    assert_pieces_are_the_clip(heard(content), long_pcm)
+    health = await (await gateway.get("/gateway/health")).json()
+    assert health["cache"]["entries"] == 0
+    assert _open_clip_files(audio_dir) == []

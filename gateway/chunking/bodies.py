@@ -8,6 +8,7 @@ file, so in `file_url` / `presigned_url` mode they too go as data.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,6 +49,12 @@ class ChunkedRequest:
     stream: bool
     include_usage: bool
     build: Callable[[Piece], SegmentedPayload]  # a piece's upstream body (CPU: off the loop)
+    release: Callable[[], None] | None = None  # blocking: what on-demand pieces read from
+
+    async def aclose(self) -> None:
+        """Release the clip on-demand pieces are read from (when the request is over)."""
+        if self.release is not None:
+            await asyncio.to_thread(self.release)
 
     def label(self, piece: Piece) -> str:
         """How messages name a piece: its number, time range and clip."""
@@ -65,6 +72,7 @@ def chunked_request(
     param: str,
     splice: Splice,
     part: MakePart,
+    release: Callable[[], None] | None = None,
 ) -> ChunkedRequest:
     """The plan for `body` (sidechannel already stripped): each piece's body is built when it
     is about to be sent, so a long clip's pieces are not all held as base64 at once."""
@@ -79,7 +87,7 @@ def chunked_request(
     stream = body.get("stream") is True
     options = body.get("stream_options")
     include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
-    return ChunkedRequest(tuple(pieces), clip, stream, include_usage, build)
+    return ChunkedRequest(tuple(pieces), clip, stream, include_usage, build, release)
 
 
 def piece_audio(piece: Piece, param: str) -> InlineAudio:

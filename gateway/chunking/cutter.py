@@ -15,6 +15,7 @@ as 16-bit PCM.
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,17 +80,27 @@ class CutClip:
 
 
 def cut_clip(
-    file: Any, config: ChunkingConfig, *, max_seconds: float, max_decode_bytes: int
+    file: Any,
+    config: ChunkingConfig,
+    *,
+    max_seconds: float,
+    max_decode_bytes: int,
+    keep_data: bool = True,
 ) -> CutClip:
     """Decode `file` (a path, a file descriptor or a seekable binary file object) and cut it.
+    Without `keep_data` only the cuts are found (each piece's `data` is empty: `read_piece`
+    makes it later), so nothing but about one piece of decoded audio is ever held.
 
     Raises `Undecodable`, or `DecodedTooLong` past `max_seconds` of audio or `max_decode_bytes`
     of float32 samples (vLLM's decode limits, counted on what decoding finds)."""
     try:
-        with soundfile.SoundFile(file, closefd=False) as audio:
+        with soundfile.SoundFile(_rewound(file), closefd=False) as audio:
             dtype, subtype = _LOSSLESS.get(audio.subtype, _LOSSY)
             cutter = _StreamingCutter(
-                CutRules.of(config, audio.samplerate), audio.samplerate, audio.channels, subtype
+                CutRules.of(config, audio.samplerate),
+                audio.samplerate,
+                audio.channels,
+                subtype if keep_data else None,
             )
             limits = _Limits(audio.samplerate, audio.channels, max_seconds, max_decode_bytes)
             block = cutter.rules.window * BLOCK_WINDOWS
@@ -100,6 +111,38 @@ def cut_clip(
             return cutter.finish()
     except soundfile.SoundFileError as exc:  # libsndfile's open and decode errors
         raise Undecodable(str(exc)) from None
+
+
+def read_piece(file: Any, start: int, end: int) -> bytes:
+    """Frames [start, end) of `file` as a WAV piece, exactly as `cut_clip` writes it (for a
+    lossless source, its samples; libsndfile seeks WAV and FLAC to the exact frame)."""
+    try:
+        with soundfile.SoundFile(_rewound(file), closefd=False) as audio:
+            dtype, subtype = _LOSSLESS.get(audio.subtype, _LOSSY)
+            audio.seek(start)
+            samples = audio.read(end - start, dtype=dtype, always_2d=True)
+            if len(samples) != end - start:
+                raise Undecodable(f"frames {start}-{end} could not be read again")
+            if (dtype, subtype) == _LOSSY:
+                np.clip(samples, -1.0, 1.0, out=samples)
+            return encode_piece(samples, audio.samplerate, subtype)
+    except soundfile.SoundFileError as exc:
+        raise Undecodable(str(exc)) from None
+
+
+def encode_piece(samples: Samples, sample_rate: int, subtype: str) -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, sample_rate, subtype=subtype, format=PIECE_FORMAT)
+    return buffer.getvalue()
+
+
+def _rewound(file: Any) -> Any:
+    """libsndfile reads a file from where it stands: every open starts at the beginning."""
+    if isinstance(file, int):
+        os.lseek(file, 0, os.SEEK_SET)
+    elif not isinstance(file, str | os.PathLike):
+        file.seek(0)
+    return file
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +174,13 @@ class _Limits:
 class _StreamingCutter:
     """Holds the decoded frames from the current piece's start; cuts when it may."""
 
-    def __init__(self, rules: CutRules, sample_rate: int, channels: int, subtype: str) -> None:
+    def __init__(
+        self, rules: CutRules, sample_rate: int, channels: int, subtype: str | None
+    ) -> None:
         self.rules = rules
         self.sample_rate = sample_rate
         self.channels = channels
-        self.subtype = subtype
+        self.subtype = subtype  # None: the cuts only, no piece written
         self.known = 0  # frames decoded so far
         self._start = 0  # the current piece's first frame: `_held` starts there
         self._held: list[Samples] = []
@@ -166,16 +211,14 @@ class _StreamingCutter:
     def _cut(self, end: int) -> None:
         held = np.concatenate(self._held) if len(self._held) > 1 else self._held[0]
         length = end - self._start
-        self._pieces.append(CutPiece(self._start, end, self._encode(held[:length])))
+        data = (
+            b""
+            if self.subtype is None
+            else encode_piece(held[:length], self.sample_rate, self.subtype)
+        )
+        self._pieces.append(CutPiece(self._start, end, data))
         self._held = [held[length:]] if length < len(held) else []
         self._start = end
-
-    def _encode(self, samples: Samples) -> bytes:
-        buffer = io.BytesIO()
-        soundfile.write(
-            buffer, samples, self.sample_rate, subtype=self.subtype, format=PIECE_FORMAT
-        )
-        return buffer.getvalue()
 
     def _add_energies(self, samples: Samples) -> None:
         window = self.rules.window

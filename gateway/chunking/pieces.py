@@ -1,11 +1,15 @@
 """`Chunker.split(clip)`: the pieces of a clip longer than `threshold_seconds`, cached.
 
-A clip whose header (WAV, FLAC) says it is short is answered at once, without a thread. Any
-other clip is cut once (`cutter.cut_clip`, in a worker thread): concurrent requests for one
-clip (the seeds of a row) share that cut, and the pieces are kept in the audio store under
-the clip's content identity (the store's key for files and objects, the payload's sha256 for
-inline audio), the settings that shape the cuts, and the piece index. A clip found not to need
-splitting (a short MP3) is remembered too, so it is decoded once.
+A clip whose header (WAV, FLAC) says it is short is answered at once, without a thread. A
+clip whose pieces together would be over `cache.max_item_bytes` (the store streams such files
+rather than hold them) is cut ON DEMAND, per request: one decoding pass finds the cuts, and
+each piece's WAV is read again from the clip when the fan-out sends it, so a request holds
+about `max_concurrent_chunks` pieces, not the clip (`ClipPieces.close()` releases the
+clip's file). Any other clip is cut once (`cutter.cut_clip`, in a worker thread): concurrent
+requests for one clip (the seeds of a row) share that cut, and the pieces are kept in the audio
+store under the clip's content identity (the store's key for files and objects, the payload's
+sha256 for inline audio), the settings that shape the cuts, and the piece index. A clip found
+not to need splitting (a short MP3) is remembered too, so it is decoded once.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Hashable
+import threading
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -24,8 +29,8 @@ from ..config import AudioConfig, ChunkingConfig
 from ..durations import HEADER_BASE64_CHARS, AudioHeader, read_base64_header
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..sidechannel import InlineAudio, base64_decoded_size
-from .cutter import PIECE_MIME, CutClip, DecodedTooLong, Undecodable, cut_clip
-from .reading import open_clip_file
+from .cutter import PIECE_MIME, CutClip, DecodedTooLong, Undecodable, cut_clip, read_piece
+from .reading import ClipFile, open_clip_file
 
 if TYPE_CHECKING:  # the pipeline uses this package
     from ..pipeline import LoadedClip
@@ -55,9 +60,31 @@ class AudioPiece:
 
 
 @dataclass(frozen=True, slots=True)
+class OnDemandPiece:
+    """A piece of a clip cut on demand: `data` reads its frames from the clip again (blocking:
+    the fan-out builds a piece's body in a thread), one piece at a time per clip."""
+
+    index: int
+    start_seconds: float
+    end_seconds: float
+    mime: str
+    start_frame: int
+    end_frame: int
+    clip: ClipFile
+    lock: threading.Lock
+
+    @property
+    def data(self) -> bytes:
+        with self.lock:  # one file position per clip
+            return read_piece(self.clip.file, self.start_frame, self.end_frame)
+
+
+@dataclass(frozen=True, slots=True)
 class ClipPieces:
-    pieces: tuple[AudioPiece, ...]
+    pieces: tuple[AudioPiece, ...] | tuple[OnDemandPiece, ...]
     duration_seconds: float
+    # Blocking: releases what on-demand pieces read from (None: the pieces are bytes).
+    close: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +132,9 @@ class Chunker:
         header = _header(clip)
         if header is not None and header.seconds <= self.config.threshold_seconds:
             return None  # the header says so: no decoding, no thread
+        # 16-bit PCM at the least: pieces this large would not be kept, so none are held.
+        if header is not None and header.frames * header.channels * 2 > self._store.max_item_bytes:
+            return await self._guarded(clip, self._cut_on_demand(clip))
         # ("chunks", settings..., content): never the shape of the store's own (content, raw)
         key = (*self._settings, await _content_key(clip))
         found = self._cached(key)
@@ -115,13 +145,51 @@ class Chunker:
             task = asyncio.create_task(self._cut_and_keep(key, clip))
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._forget(key, done))
+        # shield: a cancelled requester must not cancel the cut the others wait on.
+        return await self._guarded(clip, asyncio.shield(task))
+
+    async def _guarded(
+        self, clip: LoadedClip, cutting: Awaitable[ClipPieces | None]
+    ) -> ClipPieces | None:
         try:
-            # shield: a cancelled requester must not cancel the cut the others wait on.
-            return await asyncio.shield(task)
+            return await cutting
         except Undecodable as exc:
             raise _cannot_chunk(clip, str(exc)) from None
         except DecodedTooLong as exc:
             raise _too_long(clip, exc) from None
+
+    async def _cut_on_demand(self, clip: LoadedClip) -> ClipPieces | None:
+        """The cuts only; each piece is read from the clip's file when it is sent."""
+        clip_file = await open_clip_file(clip)
+        try:
+            cut = await self._cut(clip_file, keep_data=False)
+        except BaseException:
+            await asyncio.to_thread(clip_file.close)
+            raise
+        if not cut.pieces:
+            await asyncio.to_thread(clip_file.close)
+            return None
+        rate, lock = cut.sample_rate, threading.Lock()
+        pieces = tuple(
+            OnDemandPiece(
+                i, p.start / rate, p.end / rate, PIECE_MIME, p.start, p.end, clip_file, lock
+            )
+            for i, p in enumerate(cut.pieces)
+        )
+        return ClipPieces(pieces, cut.frames / rate, clip_file.close)
+
+    async def _cut(self, clip_file: ClipFile, *, keep_data: bool = True) -> CutClip:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads,
+            partial(
+                cut_clip,
+                clip_file.file,
+                self.config,
+                max_seconds=self._max_seconds,
+                max_decode_bytes=self._max_decode_bytes,
+                keep_data=keep_data,
+            ),
+        )
 
     def _cached(self, key: tuple[Hashable, ...]) -> ClipPieces | tuple[()] | None:
         """The cached pieces; `()` for a clip known not to split; None when not (all) cached."""
@@ -138,23 +206,18 @@ class Chunker:
     async def _cut_and_keep(self, key: tuple[Hashable, ...], clip: LoadedClip) -> ClipPieces | None:
         clip_file = await open_clip_file(clip)
         try:
-            cut = await asyncio.get_running_loop().run_in_executor(
-                self._threads,
-                partial(
-                    cut_clip,
-                    clip_file.file,
-                    self.config,
-                    max_seconds=self._max_seconds,
-                    max_decode_bytes=self._max_decode_bytes,
-                ),
-            )
+            cut = await self._cut(clip_file)
         finally:
             await asyncio.to_thread(clip_file.close)
         result = _pieces(cut)
         if result is None:
             self._store.keep(key, _Outline(0, cut.frames / cut.sample_rate))
             return None
-        kept = [self._store.keep((*key, piece.index), piece) for piece in result.pieces]
+        kept = [
+            self._store.keep((*key, piece.index), piece)
+            for piece in result.pieces
+            if isinstance(piece, AudioPiece)  # all of them: `_pieces` holds bytes
+        ]
         if all(kept):  # else an outline would only send every later seed to a new cut
             self._store.keep(key, _Outline(len(result.pieces), result.duration_seconds))
         return result
