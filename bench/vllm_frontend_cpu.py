@@ -66,9 +66,9 @@ with warnings.catch_warnings():  # vLLM's imports warn about the torch build
 TARGET_SAMPLE_RATE = 16_000  # Qwen2-Audio's and Whisper's feature extractors
 
 
-class _Tracker(AsyncMultiModalItemTracker):  # type: ignore[misc]
+class ModelFreeTracker(AsyncMultiModalItemTracker):  # type: ignore[misc]
     """vLLM's own tracker; only the placeholder strings and the per-prompt item limit (vLLM's
-    default, 999) come from no model (as in tests/test_vllm_compat.py)."""
+    default, 999) come from no model (tests/test_vllm_compat.py uses it too)."""
 
     @functools.cached_property
     def model_cls(self) -> Any:
@@ -117,7 +117,7 @@ class Frontend:
     def __init__(
         self, allowed_local_media_path: str | None, resample_method: str, audio_backend: str
     ) -> None:
-        chat_message.AsyncMultiModalItemTracker = _Tracker  # the parser builds this one
+        chat_message.AsyncMultiModalItemTracker = ModelFreeTracker  # the parser builds this one
         self.model_config = SimpleNamespace(
             multimodal_config=None,
             allowed_local_media_path=allowed_local_media_path or "",

@@ -14,7 +14,6 @@ environment with `pip install 'vllm[audio]==0.33.0'`: `python -m pytest tests/te
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import json
 import warnings
@@ -41,8 +40,8 @@ with warnings.catch_warnings():  # vLLM's imports warn about the torch build; no
     from vllm.exceptions import GenerationError, VLLMValidationError
     from vllm.multimodal.media.audio import AudioMediaIO
     from vllm.renderers.chat_utils import chat_message
-    from vllm.renderers.chat_utils.item_tracker import AsyncMultiModalItemTracker
 
+from bench.vllm_frontend_cpu import ModelFreeTracker  # noqa: E402
 from gateway.samples import write_tone  # noqa: E402
 from gateway.stub_upstream import StubState  # noqa: E402
 
@@ -60,25 +59,6 @@ Decoded = tuple[numpy.ndarray, float]
 # --- vLLM's request path, without an engine ------------------------------------------------
 
 
-class _Tracker(AsyncMultiModalItemTracker):  # type: ignore[misc]
-    """vLLM's own tracker; only the model class (for placeholder strings) and the processor
-    (for the per-prompt item limit, vLLM's default of 999) come from no model."""
-
-    @functools.cached_property
-    def model_cls(self) -> Any:
-        return SimpleNamespace(get_placeholder_str=lambda modality, i: f"<{modality} {i}>")
-
-    @functools.cached_property
-    def mm_processor(self) -> Any:
-        limit = MultiModalConfig().get_limit_per_prompt("audio")
-
-        def validate_num_items(modality: str, count: int) -> None:
-            if count > limit:
-                raise ValueError(f"At most {limit} {modality}(s) may be provided in one prompt.")
-
-        return SimpleNamespace(info=SimpleNamespace(validate_num_items=validate_num_items))
-
-
 @dataclass
 class VllmResult:
     conversation: list[dict[str, Any]]
@@ -92,7 +72,7 @@ def vllm_chat(
 ) -> Any:  # -> Callable[[dict], Awaitable[VllmResult]]
     """Validate a chat body as vLLM does and load its audio with vLLM's parser and
     MediaConnector; `--allowed-local-media-path` is the stub's (the audio root's parent)."""
-    monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", _Tracker)
+    monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", ModelFreeTracker)
     model_config = SimpleNamespace(
         multimodal_config=None,
         allowed_local_media_path=str(audio_dir.parent),
@@ -510,7 +490,9 @@ async def test_the_frontend_cpu_tool_decodes_data_parts_and_skips_uuid_only_ones
     from bench.vllm_frontend_cpu import measure, read_bodies
     from gateway.stub_upstream import create_stub_app
 
-    monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", _Tracker)  # restored after
+    monkeypatch.setattr(
+        chat_message, "AsyncMultiModalItemTracker", ModelFreeTracker
+    )  # restored after
     path = clips["stereo44.wav"]
     key = hashlib.sha256(path.read_bytes()).hexdigest()
     uuid_only = {"type": "audio_url", "audio_url": None, "uuid": key}
