@@ -32,10 +32,11 @@ import soundfile
 
 from bench.procstat import MIB, status_bytes
 from gateway.chunking import Chunker, ClipPieces
+from gateway.clips import PathClip
 from gateway.config import Config
 from gateway.encoder import StreamedAudio
 from gateway.metrics import GatewayMetrics
-from gateway.pipeline import PathClip, build_pipeline
+from gateway.pipeline import build_pipeline
 from gateway.sidechannel import DEFAULT_KEYS
 
 RATE_HZ = 16_000

@@ -7,27 +7,37 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
-import pybase64
 
 from .audio import BatchedResolver, PathPolicy
-from .body import Placeholders, Segment, SegmentedPayload
+from .body import Placeholders, SegmentedPayload
 from .cache import AudioStore
 from .chunking.bodies import ChunkedRequest, chunked_request
 from .chunking.refusals import refuse_unmergeable
+from .clips import (
+    LoadedClip,
+    PathClip,
+    base64_bytes,
+    base64_segments,
+    clip_header,
+    clip_names,
+    close_streams,
+    content_sha256,
+    referable,
+    reference_uuid,
+)
 from .config import AudioConfig, CacheConfig, Config, SpliceConfig
-from .durations import AudioHeader, check_decode_limits, read_base64_header
-from .encoder import EncodedAudio, StreamedAudio
+from .durations import check_decode_limits
+from .encoder import StreamedAudio
 from .errors import InvalidRequest
 from .formats import input_audio_format
 from .metrics import GatewayMetrics
-from .referenced_body import ReferencedBody, object_uuid
+from .referenced_body import ReferencedBody
 from .sidechannel import (
     DEFAULT_KEYS,
     LEGACY_INLINE_KEY,
@@ -35,7 +45,6 @@ from .sidechannel import (
     PathAudio,
     Sidechannel,
     SidechannelKeys,
-    base64_decoded_size,
     strip_sidechannel,
 )
 from .sources import AudioSource
@@ -47,21 +56,6 @@ if TYPE_CHECKING:  # imported when chunking is on (numpy, libsndfile)
     from .chunking import Chunker
 
 log = logging.getLogger(__name__)
-
-FileAudio = EncodedAudio | StreamedAudio
-
-
-@dataclass(frozen=True, slots=True)
-class PathClip:
-    """A checked file or object and its audio; with `url` (file:// mode, presigned objects)
-    vLLM fetches it and `audio` holds just its sniffed MIME type and digest."""
-
-    source: AudioSource
-    audio: FileAudio
-    url: str | None = None
-
-
-LoadedClip = InlineAudio | PathClip
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,17 +199,17 @@ class RewritePipeline:
             if split and self.chunker is not None and shape.chunkable and len(clips) == 1:
                 chunked = await self._split(body, shape, clips[0])
                 if chunked is not None:
-                    await _close_streams(clips)  # the pieces are what goes upstream
+                    await close_streams(clips)  # the pieces are what goes upstream
                     return chunked
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             shape.splice(body, parts)
             if shape.references and referable(clips, parts):
-                sizes = [_base64_bytes(clip) for clip in clips]
+                sizes = [base64_bytes(clip) for clip in clips]
                 return ReferencedBody.of(body, placeholders, parts, sizes)
             return SegmentedPayload(placeholders.render(body))
         except BaseException:
-            await _close_streams(clips)
+            await close_streams(clips)
             raise
 
     async def _load(
@@ -233,7 +227,7 @@ class RewritePipeline:
         loaded: list[LoadedClip] = [r for r in results if not isinstance(r, BaseException)]
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
-            await _close_streams(loaded)
+            await close_streams(loaded)
             raise failure
         return loaded
 
@@ -287,7 +281,7 @@ class RewritePipeline:
             return None
         try:
             refuse_unmergeable(body, shape.name)
-            label, given, param = _named(clip)
+            label, given, param = clip_names(clip)
             if shape.input_audio_parts:  # refused now, not once per piece: wav or mp3 only
                 mime, fix = found.pieces[0].mime, shape.input_audio_fix
                 input_audio_format(mime, label=label, given=given, param=param, fix=fix)
@@ -311,9 +305,9 @@ class RewritePipeline:
             # input_audio has no URL form: a clip vLLM fetches is an audio_url part.
             part = {"type": "audio_url", "audio_url": {"url": clip.url}}
         else:
-            mime, lead, segments = _base64_segments(clip)
+            mime, lead, segments = base64_segments(clip)
             if shape.input_audio_parts:
-                label, given, param = _named(clip)
+                label, given, param = clip_names(clip)
                 fmt = input_audio_format(
                     mime, label=label, given=given, param=param, fix=shape.input_audio_fix
                 )
@@ -324,16 +318,16 @@ class RewritePipeline:
                 token = placeholders.add(lead, segments)
                 part = {"type": "audio_url", "audio_url": {"url": token}}
         if shape.references:
-            if (uuid := _reference_uuid(clip)) is not None:
+            if (uuid := reference_uuid(clip)) is not None:
                 part["uuid"] = uuid
         elif self.config.part_uuid:
-            part["uuid"] = _content_sha256(clip)
+            part["uuid"] = content_sha256(clip)
         return part
 
     def _check_length(self, clip: LoadedClip) -> None:
         """vLLM's decode limits, from the clip's header: 413 before anything is sent."""
-        label, given, param = _named(clip)
-        header = _header(clip)
+        label, given, param = clip_names(clip)
+        header = clip_header(clip)
         check_decode_limits(
             header,
             self.max_duration_seconds,
@@ -352,68 +346,3 @@ class RewritePipeline:
                 sidechannel.param,
                 self.keys.name("audio_data"),
             )
-
-
-def _named(clip: LoadedClip) -> tuple[str, str, str]:
-    """How error messages name a clip: its label, the reference as given, and the param."""
-    if isinstance(clip, InlineAudio):
-        return clip.param, clip.given, clip.param
-    ref = clip.source.ref
-    return ref.label, ref.given, ref.param
-
-
-def _header(clip: LoadedClip) -> AudioHeader | None:
-    if isinstance(clip, InlineAudio):
-        return read_base64_header(clip.payload, base64_decoded_size(clip.uri, clip.payload_start))
-    return clip.audio.header
-
-
-def _base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:
-    """The clip's MIME type, its data-URI lead, and its base64 as body segments."""
-    if isinstance(clip, InlineAudio):
-        return clip.mime, clip.uri[: clip.payload_start].encode(), (clip.payload.encode(),)
-    audio = clip.audio
-    lead = b"data:" + audio.mime.encode() + b";base64,"
-    if isinstance(audio, StreamedAudio):
-        return audio.mime, lead, (audio,)
-    return audio.mime, lead, audio.pieces
-
-
-def _reference_uuid(clip: LoadedClip) -> str | None:
-    """A presigned object is named by its identity (its bytes are never read here); any
-    other clip by the sha256 of its bytes."""
-    if isinstance(clip, PathClip) and clip.url is not None and isinstance(clip.source, ObjectClip):
-        return object_uuid(clip.source.info)
-    return _content_sha256(clip)
-
-
-def referable(clips: Sequence[LoadedClip], parts: Sequence[Part]) -> bool:
-    """Whether a request may go with references: every part named, and no streamed clip (its
-    bytes could not be sent again for a retry without reading it again)."""
-    streamed = any(isinstance(c, PathClip) and isinstance(c.audio, StreamedAudio) for c in clips)
-    return not streamed and all("uuid" in part for part in parts)
-
-
-def _base64_bytes(clip: LoadedClip) -> int | None:
-    """The base64 a clip's part carries; None for a clip that goes as a URL."""
-    if isinstance(clip, InlineAudio):
-        return len(clip.payload)
-    if clip.url is not None:
-        return None
-    audio = clip.audio
-    return sum(len(piece) for piece in audio.pieces) if isinstance(audio, EncodedAudio) else 0
-
-
-def _content_sha256(clip: LoadedClip) -> str:
-    """The sha256 of the audio bytes themselves, never of a path: vLLM trusts the uuid blindly."""
-    if isinstance(clip, InlineAudio):
-        return hashlib.sha256(pybase64.b64decode(clip.payload)).hexdigest()
-    if clip.audio.sha256 is None:
-        raise AssertionError("the audio store computes digests when part_uuid is on")
-    return clip.audio.sha256
-
-
-async def _close_streams(clips: Sequence[LoadedClip]) -> None:
-    for clip in clips:
-        if isinstance(clip, PathClip) and isinstance(clip.audio, StreamedAudio):
-            await clip.audio.aclose()

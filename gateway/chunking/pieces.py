@@ -32,8 +32,8 @@ from ..sidechannel import InlineAudio, base64_decoded_size
 from .cutter import PIECE_MIME, CutClip, DecodedTooLong, Undecodable, cut_clip, read_piece
 from .reading import ClipFile, open_clip_file
 
-if TYPE_CHECKING:  # the pipeline uses this package
-    from ..pipeline import LoadedClip
+if TYPE_CHECKING:  # annotations only
+    from ..clips import LoadedClip
 
 ENTRY_OVERHEAD_BYTES = 256
 # Cuts are CPU-bound and may take seconds: their own threads, so a burst of long clips never

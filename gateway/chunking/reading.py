@@ -24,8 +24,8 @@ from ..encoder import EncodedAudio, open_checked_file
 from ..sidechannel import InlineAudio
 from ..sources.local import LocalClip
 
-if TYPE_CHECKING:  # the pipeline uses this package
-    from ..pipeline import LoadedClip, PathClip
+if TYPE_CHECKING:  # annotations only
+    from ..clips import LoadedClip, PathClip
 
 
 class Base64File(io.RawIOBase):

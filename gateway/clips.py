@@ -1,0 +1,99 @@
+"""One loaded clip as the pipeline holds it, and what the splice and the messages need of it:
+its names, its header, its base64, its uuid. Pure but for closing streamed clips."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pybase64
+
+from .body import Segment
+from .durations import AudioHeader, read_base64_header
+from .encoder import EncodedAudio, StreamedAudio
+from .referenced_body import object_uuid
+from .sidechannel import InlineAudio, base64_decoded_size
+from .sources import AudioSource
+from .sources.objects import ObjectClip
+from .splice import Part
+
+FileAudio = EncodedAudio | StreamedAudio
+
+
+@dataclass(frozen=True, slots=True)
+class PathClip:
+    """A checked file or object and its audio; with `url` (file:// mode, presigned objects)
+    vLLM fetches it and `audio` holds just its sniffed MIME type and digest."""
+
+    source: AudioSource
+    audio: FileAudio
+    url: str | None = None
+
+
+LoadedClip = InlineAudio | PathClip
+
+
+def clip_names(clip: LoadedClip) -> tuple[str, str, str]:
+    """How error messages name a clip: its label, the reference as given, and the param."""
+    if isinstance(clip, InlineAudio):
+        return clip.param, clip.given, clip.param
+    ref = clip.source.ref
+    return ref.label, ref.given, ref.param
+
+
+def clip_header(clip: LoadedClip) -> AudioHeader | None:
+    if isinstance(clip, InlineAudio):
+        return read_base64_header(clip.payload, base64_decoded_size(clip.uri, clip.payload_start))
+    return clip.audio.header
+
+
+def base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:
+    """The clip's MIME type, its data-URI lead, and its base64 as body segments."""
+    if isinstance(clip, InlineAudio):
+        return clip.mime, clip.uri[: clip.payload_start].encode(), (clip.payload.encode(),)
+    audio = clip.audio
+    lead = b"data:" + audio.mime.encode() + b";base64,"
+    if isinstance(audio, StreamedAudio):
+        return audio.mime, lead, (audio,)
+    return audio.mime, lead, audio.pieces
+
+
+def reference_uuid(clip: LoadedClip) -> str | None:
+    """A presigned object is named by its identity (its bytes are never read here); any
+    other clip by the sha256 of its bytes."""
+    if isinstance(clip, PathClip) and clip.url is not None and isinstance(clip.source, ObjectClip):
+        return object_uuid(clip.source.info)
+    return content_sha256(clip)
+
+
+def referable(clips: Sequence[LoadedClip], parts: Sequence[Part]) -> bool:
+    """Whether a request may go with references: every part named, and no streamed clip (its
+    bytes could not be sent again for a retry without reading it again)."""
+    streamed = any(isinstance(c, PathClip) and isinstance(c.audio, StreamedAudio) for c in clips)
+    return not streamed and all("uuid" in part for part in parts)
+
+
+def base64_bytes(clip: LoadedClip) -> int | None:
+    """The base64 a clip's part carries; None for a clip that goes as a URL."""
+    if isinstance(clip, InlineAudio):
+        return len(clip.payload)
+    if clip.url is not None:
+        return None
+    audio = clip.audio
+    return sum(len(piece) for piece in audio.pieces) if isinstance(audio, EncodedAudio) else 0
+
+
+def content_sha256(clip: LoadedClip) -> str:
+    """The sha256 of the audio bytes themselves, never of a path: vLLM trusts the uuid blindly."""
+    if isinstance(clip, InlineAudio):
+        return hashlib.sha256(pybase64.b64decode(clip.payload)).hexdigest()
+    if clip.audio.sha256 is None:
+        raise AssertionError("the audio store computes digests when part_uuid is on")
+    return clip.audio.sha256
+
+
+async def close_streams(clips: Sequence[LoadedClip]) -> None:
+    for clip in clips:
+        if isinstance(clip, PathClip) and isinstance(clip.audio, StreamedAudio):
+            await clip.audio.aclose()
