@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..chunking.plan import piece_count_range
 from ..config import ChunkingConfig
 
 if TYPE_CHECKING:
@@ -37,6 +36,9 @@ class LongAudioTally:
             return
         self.rows_over_threshold += 1
         if self.config.enabled and len(lengths) == 1:
+            # here, not at import: `serve` imports the tools, and plan loads numpy (~12 MiB)
+            from ..chunking.plan import piece_count_range
+
             fewest, most = piece_count_range(known[0], self.config)
             self.rows_split += 1
             self.pieces_fewest += fewest
