@@ -341,9 +341,12 @@ async def test_a_streamed_drift_is_sent_again_and_the_client_sees_one_clean_stre
     assert (await reference_metrics(client))["stream_error"] == 1
 
 
-async def test_a_held_back_stream_shows_nothing_until_content(
+async def held_back_stream(
     make_gateway: GatewayFactory, stub: StubState
-) -> None:
+) -> tuple[Any, asyncio.Task[Any], int]:
+    """A reference-mode gateway whose clip is recorded, a streamed request for it that the
+    stub holds after its role chunk (`X-Stub-Hold: 1`), once the stub has received it, and the
+    stub's request count before that request."""
     client = await make_gateway(splice=REFERENCE)
     await chat(client, {"audio_path": "a.wav"})
     before = stub.request_count
@@ -356,6 +359,13 @@ async def test_a_held_back_stream_shows_nothing_until_content(
     )
     while stub.request_count == before:
         await asyncio.sleep(0.01)
+    return client, request, before
+
+
+async def test_a_held_back_stream_shows_nothing_until_content(
+    make_gateway: GatewayFactory, stub: StubState
+) -> None:
+    _client, request, before = await held_back_stream(make_gateway, stub)
     # The role chunk came from upstream and is held back: the client has not even a status.
     await asyncio.sleep(0.3)
     assert not request.done()
@@ -404,18 +414,7 @@ async def test_nothing_is_retried_once_content_reached_the_client(
 async def test_client_disconnect_during_a_held_back_stream_cancels_it(
     make_gateway: GatewayFactory, stub: StubState
 ) -> None:
-    client = await make_gateway(splice=REFERENCE)
-    await chat(client, {"audio_path": "a.wav"})
-    before = stub.request_count
-    request = asyncio.create_task(
-        client.post(
-            CHAT,
-            json=chat_body({"audio_path": "a.wav"}, stream=True),
-            headers={"X-Stub-Hold": "1"},
-        )
-    )
-    while stub.request_count == before:
-        await asyncio.sleep(0.01)
+    client, request, before = await held_back_stream(make_gateway, stub)
     await asyncio.sleep(0.1)
     request.cancel()  # the client goes away while the gateway holds the stream back
     with pytest.raises(asyncio.CancelledError):
