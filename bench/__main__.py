@@ -11,11 +11,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .modes import MODES
-from .objects import OBJECT_MODES
-from .report import RESULTS_DIR, write_results
-from .runner import run_benchmark
-from .workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario
+from bench.modes import MODES
+from bench.objects import OBJECT_MODES
+from bench.report import RESULTS_DIR, write_results
+from bench.runner import run_benchmark
+from bench.workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario
 
 WORKLOAD_CHOICES = ("a", "b", "c", "s3", "repeats", "encode")
 

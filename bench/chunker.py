@@ -31,13 +31,13 @@ import numpy as np
 import soundfile
 
 from bench.procstat import MIB, status_bytes
+from gateway.audio.encoder import StreamedAudio
 from gateway.chunking import Chunker, ClipPieces
 from gateway.clips import PathClip
 from gateway.config import Config
-from gateway.encoder import StreamedAudio
 from gateway.metrics import GatewayMetrics
+from gateway.naming.sidechannel import DEFAULT_KEYS
 from gateway.pipeline import build_pipeline
-from gateway.sidechannel import DEFAULT_KEYS
 
 RATE_HZ = 16_000
 FORMATS = {  # name: (container, subtype, extension)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.samples import tone_pcm, write_wav
+from gateway.audio.samples import tone_pcm, write_wav
 
 CLIP_SECONDS = (1.5, 2.0)  # LibriSpeech-PC-shaped: ~48-64 KB of 16 kHz mono 16-bit WAV
 

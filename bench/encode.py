@@ -37,7 +37,7 @@ def gateway_encode_seconds(path: Path, repeats: int) -> list[float]:
     in one process started the way `audio-gateway serve` starts (malloc tunables
     included), so the figures are the gateway's as it runs. The first call also pays for the
     process's first touch of its memory; later ones reuse it, as a long-running gateway does."""
-    from gateway.tuning import malloc_tuning_env
+    from gateway.serving.tuning import malloc_tuning_env
 
     done = subprocess.run(
         [sys.executable, "-m", "bench.encode", str(path), str(repeats)],
@@ -50,9 +50,9 @@ def gateway_encode_seconds(path: Path, repeats: int) -> list[float]:
 
 
 def _encode_in_this_process(path: Path) -> float:
-    from gateway.audio import PathPolicy
-    from gateway.encoder import encode_clip
-    from gateway.sidechannel import PathAudio
+    from gateway.audio.encoder import encode_clip
+    from gateway.audio.policy import PathPolicy
+    from gateway.naming.sidechannel import PathAudio
 
     policy = PathPolicy(str(path.parent), [str(path.parent.resolve())], path.stat().st_size)
     ref = PathAudio(given=path.name, param="bench", label="bench", claimed_mime="audio/wav")

@@ -38,9 +38,8 @@ import soundfile
 
 from bench.chunker import write_long_clip
 from bench.modes import ServerProcess, free_port, start
+from bench.report import RESULTS_DIR
 from gateway.stub_upstream.window import parse_word
-
-from .report import RESULTS_DIR
 
 RATE_HZ = 16_000
 WINDOW_SECONDS = 30

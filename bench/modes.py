@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import procstat
+from bench import procstat
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_SECONDS = 30.0

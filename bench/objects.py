@@ -22,10 +22,10 @@ from typing import Any
 
 import boto3
 
-from . import modes
-from .points import BenchRun, summarise
-from .s3server import LocalS3
-from .workloads import ClipSet
+from bench import modes
+from bench.points import BenchRun, summarise
+from bench.s3server import LocalS3
+from bench.workloads import ClipSet
 
 OBJECT_WORKLOAD_KEY = "s3"
 OBJECT_MODES = ("seed-reference-s3", "gateway-s3", "gateway-s3-immutable")

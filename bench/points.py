@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import modes, procstat
-from .loadgen import LoadGeneratorProcess
-from .workloads import ClipSet
+from bench import modes, procstat
+from bench.loadgen import LoadGeneratorProcess
+from bench.workloads import ClipSet
 
 
 class BenchRun(Protocol):

@@ -28,10 +28,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from . import modes, procstat
-from .points import BenchRun, summarise_latencies
-from .repeats_driver import Tally, drive
-from .workloads import STEREO_SECONDS, ClipSet, make_stereo_clips
+from bench import modes, procstat
+from bench.points import BenchRun, summarise_latencies
+from bench.repeats_driver import Tally, drive
+from bench.workloads import STEREO_SECONDS, ClipSet, make_stereo_clips
 
 REPEATS_WORKLOAD_KEY = "repeats"
 REPEATS_MODES = ("data", "reference")
@@ -334,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     import dataclasses
     import tempfile
 
-    from .repeats_report import repeats_section
-    from .workloads import WORKLOAD_REPEATS, make_clips
+    from bench.repeats_report import repeats_section
+    from bench.workloads import WORKLOAD_REPEATS, make_clips
 
     parser = argparse.ArgumentParser(prog="python -m bench.repeats", description=__doc__)
     parser.add_argument("--clips", type=int, default=WORKLOAD_REPEATS.clips)

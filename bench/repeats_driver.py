@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from .workloads import Clip, ClipSet
+from bench.workloads import Clip, ClipSet
 
 WAVES_IN_FLIGHT = 4
 CONVERSATIONS_IN_FLIGHT = 16

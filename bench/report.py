@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .repeats_report import repeats_section
-from .workloads import ALL_MODES
+from bench.repeats_report import repeats_section
+from bench.workloads import ALL_MODES
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODE_ORDER = ALL_MODES

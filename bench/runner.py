@@ -23,13 +23,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from . import modes, procstat
-from .encode import measure_encode
-from .loadgen import LoadGeneratorProcess
-from .objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
-from .points import merge_runs, summarise
-from .repeats import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
-from .workloads import (
+from bench import modes, procstat
+from bench.encode import measure_encode
+from bench.loadgen import LoadGeneratorProcess
+from bench.objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
+from bench.points import merge_runs, summarise
+from bench.repeats import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
+from bench.workloads import (
     Clip,
     ClipSet,
     Scenario,

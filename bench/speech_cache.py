@@ -13,7 +13,7 @@ import time
 
 import pybase64
 
-from gateway.encoder import READ_CHUNK_BYTES
+from gateway.audio.encoder import READ_CHUNK_BYTES
 
 SIZES_MIB = (1, 10, 25)  # 25 MiB: audio.max_file_bytes, vLLM's own limit
 RUNS = 20

@@ -16,7 +16,7 @@ import wave
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gateway.samples import SAMPLE_RATE_HZ
+from gateway.audio.samples import SAMPLE_RATE_HZ
 
 WAV_HEADER_BYTES = 44
 TILE_BYTES = 4 * 1024 * 1024  # big clips repeat one random tile: cheap to write, still valid PCM

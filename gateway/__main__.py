@@ -14,11 +14,11 @@ from pydantic import ValidationError
 from .app import create_app
 from .config import Config, ConfigError, describe_validation_error, load_config
 from .lifecycle import serve_app
-from .logs import configure_logging
+from .serving.logs import configure_logging
+from .serving.tuning import reexec_with_malloc_tuning, tune_garbage_collector
 from .tools.cli import COMMANDS as TOOL_COMMANDS
 from .tools.cli import add_commands as add_tool_commands
 from .tools.cli import run_command as run_tool_command
-from .tuning import reexec_with_malloc_tuning, tune_garbage_collector
 
 log = logging.getLogger("gateway")
 LOG_FORMATS = ("text", "json")

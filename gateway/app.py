@@ -17,17 +17,13 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from . import __version__
-from .access_log import answer_with_request_id, assign_request_ids
 from .auth import ApiKeys, require_api_key
-from .body import SegmentedPayload
 from .bridge import BridgedRequest, responses_to_chat
-from .bridge_relay import bridge_headers, chat_target, relay_bridged
+from .bridge.relay import bridge_headers, chat_target, relay_bridged
 from .chunking.answers import answer_chunked
 from .chunking.bodies import ChunkedRequest
 from .chunking.fanout import PieceRuns
 from .config import Config, ConfigError
-from .content_coding import read_decoded_body
-from .drain import InFlight
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
 from .pipeline import (
@@ -39,20 +35,24 @@ from .pipeline import (
     build_pipeline,
     parse_json_object,
 )
-from .readiness import Readiness
-from .reference_relay import ReferenceRelay
-from .referenced_body import ReferencedBody
-from .relay import (
+from .references.body import ReferencedBody
+from .references.held import UpstreamClips
+from .references.relay import ReferenceRelay
+from .serving.access_log import answer_with_request_id, assign_request_ids
+from .serving.drain import InFlight
+from .serving.readiness import Readiness
+from .speech import SpeechUploads
+from .upstream.body import SegmentedPayload
+from .upstream.content_coding import read_decoded_body
+from .upstream.pool import UpstreamPool
+from .upstream.relay import (
     create_upstream_pool,
     relay,
     request_body_chunks,
     request_headers_for_upstream,
     upstream_target,
 )
-from .speech import SpeechUploads
-from .upstream import UpstreamPool
-from .upstream_clips import UpstreamClips
-from .websocket import WebSocketRelay, WebSocketUpgrades
+from .upstream.websocket import WebSocketRelay, WebSocketUpgrades
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 
 import pybase64
 
-from .body import Segment
-from .durations import AudioHeader, read_base64_header
-from .encoder import EncodedAudio, StreamedAudio
-from .referenced_body import object_uuid
-from .sidechannel import InlineAudio, base64_decoded_size
-from .sources import AudioSource
-from .sources.objects import ObjectClip
+from .audio.durations import AudioHeader, read_base64_header
+from .audio.encoder import EncodedAudio, StreamedAudio
+from .audio.sources import AudioSource
+from .audio.sources.objects import ObjectClip
+from .naming.sidechannel import InlineAudio, base64_decoded_size
+from .references.body import object_uuid
 from .splice import Part
+from .upstream.body import Segment
 
 FileAudio = EncodedAudio | StreamedAudio
 

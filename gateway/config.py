@@ -25,9 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+from .naming.object_names import MalformedName, ObjectPrefix, is_object_url, parse_prefix
+from .naming.sidechannel import KEY_PREFIX_PATTERN
 from .origin import OriginError, UpstreamOrigin, parse_origin
-from .sidechannel import KEY_PREFIX_PATTERN
-from .sources.names import MalformedName, ObjectPrefix, is_object_url, parse_prefix
 
 _SIZE_UNITS = {
     "": 1,
@@ -202,7 +202,7 @@ class SpliceConfig(_Section):
     chat_part: Literal["audio_url", "input_audio"] = "audio_url"
     part_uuid: bool = False
     remote: Literal["data_uri", "presigned_url"] = "data_uri"
-    # "reference": a clip this upstream already holds goes as its uuid alone (upstream_clips.py).
+    # "reference": a clip this upstream already holds goes as its uuid alone (references/held.py).
     repeats: Literal["data", "reference"] = "data"
     reference_max_clips: int = Field(100_000, ge=1, le=100_000_000)
     reference_wait_ms: int = Field(REFERENCE_WAIT_MS, ge=0, le=600_000)

@@ -15,8 +15,8 @@ import pybase64
 from aiohttp import web
 
 from .app import create_app
+from .audio.samples import write_tone
 from .config import Config
-from .samples import write_tone
 from .stub_upstream import create_stub_app
 
 CLIPS = {

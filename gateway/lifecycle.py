@@ -26,10 +26,10 @@ from collections.abc import Awaitable
 
 from aiohttp import web
 
-from .access_log import AccessLogger, access_logger
 from .app import in_flight_key, websocket_relay_key
 from .config import ConfigError, ServerConfig
-from .drain import InFlight
+from .serving.access_log import AccessLogger, access_logger
+from .serving.drain import InFlight
 
 log = logging.getLogger(__name__)
 

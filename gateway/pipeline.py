@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
-from .audio import BatchedResolver, PathPolicy
-from .body import Placeholders, SegmentedPayload
-from .cache import AudioStore
+from .audio.cache import AudioStore
+from .audio.durations import check_decode_limits
+from .audio.encoder import StreamedAudio
+from .audio.policy import BatchedResolver, PathPolicy
+from .audio.sources import AudioSource
+from .audio.sources.local import LocalClip
+from .audio.sources.objects import ObjectClip, ObjectSources, object_sources
 from .chunking.bodies import ChunkedRequest, chunked_request
 from .chunking.refusals import refuse_unmergeable
 from .clips import (
@@ -32,13 +36,10 @@ from .clips import (
     reference_uuid,
 )
 from .config import AudioConfig, CacheConfig, Config, SpliceConfig
-from .durations import check_decode_limits
-from .encoder import StreamedAudio
 from .errors import InvalidRequest
-from .formats import input_audio_format
 from .metrics import GatewayMetrics
-from .referenced_body import ReferencedBody
-from .sidechannel import (
+from .naming.formats import input_audio_format
+from .naming.sidechannel import (
     DEFAULT_KEYS,
     LEGACY_INLINE_KEY,
     InlineAudio,
@@ -47,10 +48,9 @@ from .sidechannel import (
     SidechannelKeys,
     strip_sidechannel,
 )
-from .sources import AudioSource
-from .sources.local import LocalClip
-from .sources.objects import ObjectClip, ObjectSources, object_sources
+from .references.body import ReferencedBody
 from .splice import Part, splice_chat, splice_responses
+from .upstream.body import Placeholders, SegmentedPayload
 
 if TYPE_CHECKING:  # imported when chunking is on (numpy, libsndfile)
     from .chunking import Chunker

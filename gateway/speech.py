@@ -24,14 +24,16 @@ import pybase64
 from aiohttp import web
 from aiohttp.helpers import parse_mimetype
 
-from .body import SegmentedPayload
+from .audio.durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
+from .audio.encoder import StreamedAudio
 from .config import AudioConfig
-from .content_coding import read_decoded_body
-from .durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
-from .encoder import StreamedAudio
 from .errors import InvalidRequest, PayloadTooLarge
-from .formats import EXTENSION_BY_MIME, checked_mime
-from .multipart import (
+from .naming.formats import EXTENSION_BY_MIME, checked_mime
+from .naming.sidechannel import LEGACY_INLINE_KEY, InlineAudio, PathAudio
+from .pipeline import RewritePipeline, parse_json_object
+from .upstream.body import SegmentedPayload
+from .upstream.content_coding import read_decoded_body
+from .upstream.multipart import (
     FILE_FIELD,
     AudioUpload,
     FormPart,
@@ -40,9 +42,7 @@ from .multipart import (
     form_fields,
     text_part,
 )
-from .pipeline import RewritePipeline, parse_json_object
-from .relay import request_body_chunks, request_body_length, request_headers_for_upstream
-from .sidechannel import LEGACY_INLINE_KEY, InlineAudio, PathAudio
+from .upstream.relay import request_body_chunks, request_body_length, request_headers_for_upstream
 
 log = logging.getLogger(__name__)
 

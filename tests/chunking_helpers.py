@@ -15,8 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.stub_upstream import create_stub_app
 from gateway.stub_upstream.window import ModelWindow, parse_word
-
-from .conftest import chat_body
+from tests.conftest import chat_body
 
 WINDOW_SECONDS = 3.0
 RATE = 16_000

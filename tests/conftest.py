@@ -14,8 +14,8 @@ from aiohttp import ClientResponse, StreamReader, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
+from gateway.audio.samples import write_tone
 from gateway.config import Config
-from gateway.samples import write_tone
 from gateway.stub_upstream import StubState, create_stub_app, stub_state_key
 
 GatewayFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]

@@ -22,9 +22,8 @@ from websockets.asyncio.client import connect as websockets_connect
 from gateway.auth import ApiKeys, bearer_credential, is_protected, with_upstream_key
 from gateway.config import Config, ConfigError, validate_config
 from gateway.stub_upstream import StubState
-
-from .conftest import cache_stats, chat_body, gateway_error
-from .test_config import CLI_TIMEOUT_SECONDS, free_port, start_gateway, wait_for_health
+from tests.conftest import cache_stats, chat_body, gateway_error
+from tests.test_config import CLI_TIMEOUT_SECONDS, free_port, start_gateway, wait_for_health
 
 Client = TestClient[web.Request, web.Application]
 CHAT = "/v1/chat/completions"

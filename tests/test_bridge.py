@@ -22,8 +22,7 @@ from openai import AsyncOpenAI
 
 from gateway.bridge import UNSUPPORTED
 from gateway.stub_upstream import StubState
-
-from .conftest import (
+from tests.conftest import (
     b64_of,
     forwarded_json,
     gateway_error,

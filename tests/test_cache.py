@@ -25,11 +25,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from blockbuster import BlockingError, blockbuster_ctx
 
-from gateway.encoder import READ_CHUNK_BYTES
-from gateway.samples import write_tone, write_wav
+from gateway.audio.encoder import READ_CHUNK_BYTES
+from gateway.audio.samples import write_tone, write_wav
 from gateway.stub_upstream import StubState
-
-from .conftest import (
+from tests.conftest import (
     GatewayFactory,
     audio_part,
     cache_stats,

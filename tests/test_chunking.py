@@ -24,19 +24,18 @@ from blockbuster import blockbuster_ctx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.audio.encoder import EncodedAudio, StreamedAudio
 from gateway.chunking import Chunker, ClipPieces
 from gateway.chunking.cutter import cut_clip
 from gateway.chunking.pieces import OnDemandPiece
 from gateway.chunking.reading import Base64File
 from gateway.clips import PathClip
 from gateway.config import Config
-from gateway.encoder import EncodedAudio, StreamedAudio
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
+from gateway.naming.sidechannel import DEFAULT_KEYS, InlineAudio, parse_data_uri
 from gateway.pipeline import CHAT_AUDIO_URL, RewritePipeline, build_pipeline
-from gateway.sidechannel import DEFAULT_KEYS, InlineAudio, parse_data_uri
-
-from .objectstore import S3Server, aws_environment, s3_config, s3_server
+from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
 
 __all__ = ["aws_environment", "s3_server"]  # fixtures, used by name
 

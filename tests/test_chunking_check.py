@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from gateway.samples import write_tone
-
-from .conftest import write_encoded_tone
-from .tools_helpers import run_json, run_tool, write_jsonl
+from gateway.audio.samples import write_tone
+from tests.conftest import write_encoded_tone
+from tests.tools_helpers import run_json, run_tool, write_jsonl
 
 CONFIG = """
 [audio]

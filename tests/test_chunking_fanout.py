@@ -21,8 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.stub_upstream.window import Action, ModelWindow, window_key
-
-from .chunking_helpers import (
+from tests.chunking_helpers import (
     CHAT,
     CHUNKING,
     RATE,
@@ -33,7 +32,7 @@ from .chunking_helpers import (
     windowed_stub,
     write_long_clips,
 )
-from .conftest import chat_body, gateway_error, gateway_metrics
+from tests.conftest import chat_body, gateway_error, gateway_metrics
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ from blockbuster import blockbuster_ctx
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream.window import Action, HeardClip, ModelWindow, window_key
-
-from .chunking_helpers import (
+from tests.chunking_helpers import (
     CHUNKING,
     assert_pieces_are_the_clip,
     heard,
@@ -27,7 +26,7 @@ from .chunking_helpers import (
     windowed_stub,
     write_long_clips,
 )
-from .conftest import gateway_error
+from tests.conftest import gateway_error
 
 TAIL = "piece 4 of 4 (9.000-10.400 s of metadata.audio_path 'long.wav')"
 BOUND_SECONDS = 10.0

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.config import Config, ConfigError, load_config, validate_config
-from gateway.tuning import MALLOC_TUNABLES, TUNED_MARKER
+from gateway.serving.tuning import MALLOC_TUNABLES, TUNED_MARKER
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "config.example.toml"

@@ -21,12 +21,11 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.durations import read_base64_header, read_header
+from gateway.audio.durations import read_base64_header, read_header
 from gateway.stub_upstream import StubState
-
-from .conftest import GatewayFactory, cache_stats, chat_body, gateway_error, sha256_of
-from .test_durations import wav_bytes
-from .test_modes import UUID_GATEWAYS as GATEWAYS  # every wire form, streamed and uncached
+from tests.conftest import GatewayFactory, cache_stats, chat_body, gateway_error, sha256_of
+from tests.test_durations import wav_bytes
+from tests.test_modes import UUID_GATEWAYS as GATEWAYS  # every wire form, streamed and uncached
 
 LIMIT_SECONDS = 600
 # 10^7 frames x 8 channels x 4 bytes = 320 MB of float32, in 104 s: under the duration limit.
@@ -147,7 +146,7 @@ async def test_the_limit_is_configurable_downwards(
 async def test_formats_whose_header_has_no_length_are_left_to_vllm(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
 ) -> None:
-    from .conftest import write_encoded_tone
+    from tests.conftest import write_encoded_tone
 
     write_encoded_tone(audio_dir / "t.ogg", 1.0, 440.0, "OGG")
     gateway = await make_gateway(audio={"max_duration_seconds": 0.5})

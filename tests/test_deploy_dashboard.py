@@ -14,9 +14,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import GatewayFactory, chat_body
-from .deploy_helpers import DEPLOY
-from .objectstore import S3Server, aws_environment, s3_config, s3_server
+from tests.conftest import GatewayFactory, chat_body
+from tests.deploy_helpers import DEPLOY
+from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
 
 __all__ = ["aws_environment", "s3_server"]  # fixtures, used by name
 

@@ -19,8 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from gateway.__main__ import build_parser, serve_config
-
-from .deploy_helpers import DEPLOY, REPO, tool
+from tests.deploy_helpers import DEPLOY, REPO, tool
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 RUNTIME_LOCK = DEPLOY / "requirements.lock"

@@ -21,8 +21,7 @@ import pytest
 from aiohttp import web
 
 from gateway.stub_upstream import create_stub_app, stub_state_key
-
-from .conftest import sha256_of
+from tests.conftest import sha256_of
 
 IMAGE = os.environ.get("AUDIO_GATEWAY_IMAGE", "")
 PODMAN = shlex.split(os.environ.get("AUDIO_GATEWAY_PODMAN", "podman"))

@@ -19,8 +19,7 @@ from gateway.__main__ import build_parser, serve_config
 from gateway.app import create_app
 from gateway.config import Config, validate_config
 from gateway.origin import parse_origin
-
-from .deploy_helpers import (
+from tests.deploy_helpers import (
     GATEWAY_CONTAINER,
     KUSTOMIZATIONS,
     VLLM_CONTAINER,

@@ -28,8 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.stub_upstream import create_stub_app, stub_state_key
-
-from .deploy_helpers import BASE, GATEWAY_CONTAINER, VLLM_CONTAINER, Rendered, rendered
+from tests.deploy_helpers import BASE, GATEWAY_CONTAINER, VLLM_CONTAINER, Rendered, rendered
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.lifecycle import CUT_GRACE_SECONDS
 from gateway.stub_upstream import StubState
-
-from .test_config import REPO_ROOT, free_port
+from tests.test_config import REPO_ROOT, free_port
 
 START_SECONDS = 60.0  # a guard against hangs (start-up on a loaded machine), never an assertion
 BOUND_SECONDS = 30.0

@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.durations import read_header
-from gateway.samples import tone_pcm, write_wav
-
-from .conftest import write_encoded_tone
+from gateway.audio.durations import read_header
+from gateway.audio.samples import tone_pcm, write_wav
+from tests.conftest import write_encoded_tone
 
 
 def wav_bytes(frames: int, rate: int, channels: int, width: int = 2) -> bytes:
@@ -100,7 +99,7 @@ def test_garbage_never_raises(blob: bytes):
 
 
 def test_check_duration_names_the_clip_and_the_limit():
-    from gateway.durations import AudioHeader, check_duration
+    from gateway.audio.durations import AudioHeader, check_duration
     from gateway.errors import PayloadTooLarge
 
     check_duration(None, 1.0, label="x", given="a.ogg", param="metadata.audio_path")

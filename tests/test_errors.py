@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.stub_upstream import StubState
-
-from .conftest import chat_body, gateway_error
+from tests.conftest import chat_body, gateway_error
 
 CHAT = "/v1/chat/completions"
 JSON = {"Content-Type": "application/json"}

@@ -65,8 +65,7 @@ from gateway.stub_upstream.tokens import (
     prompt_token_ids,
     word_token_id,
 )
-
-from .conftest import GatewayFactory, audio_part, gateway_metrics
+from tests.conftest import GatewayFactory, audio_part, gateway_metrics
 
 PREFIX = "gateway_"
 EXAMPLE = files("resources_servers.asr_with_pc") / "data" / "example.jsonl"

@@ -15,10 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.errors import InvalidRequest
-from gateway.formats import INPUT_AUDIO_FORMAT_BY_MIME, MIME_BY_EXTENSION, input_audio_format
+from gateway.naming.formats import INPUT_AUDIO_FORMAT_BY_MIME, MIME_BY_EXTENSION, input_audio_format
 from gateway.stub_upstream import StubState
-
-from .conftest import GatewayFactory, chat_body, gateway_error, write_encoded_tone
+from tests.conftest import GatewayFactory, chat_body, gateway_error, write_encoded_tone
 
 INPUT_AUDIO_CHAT = {"splice": {"chat_part": "input_audio"}}
 CHAT_FIX = 'chat_part = "audio_url"'

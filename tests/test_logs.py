@@ -18,11 +18,10 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.access_log import REQUEST_ID_PATTERN, sane_request_id
-from gateway.logs import JsonFormatter
+from gateway.serving.access_log import REQUEST_ID_PATTERN, sane_request_id
+from gateway.serving.logs import JsonFormatter
 from gateway.stub_upstream import StubState
-
-from .test_drain import Gateway, serve
+from tests.test_drain import Gateway, serve
 
 CLIENT_KEY = "client-secret-key-0123456789"
 UPSTREAM_KEY = "upstream-secret-key-9876543210"

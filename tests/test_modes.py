@@ -17,10 +17,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.samples import write_tone
+from gateway.audio.samples import write_tone
 from gateway.stub_upstream import StubState
-
-from .conftest import (
+from tests.conftest import (
     GatewayFactory,
     b64_of,
     cache_stats,

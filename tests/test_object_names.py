@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.audio.sources.objects import ThreeAligner
 from gateway.config import ConfigError, validate_config
 from gateway.errors import AudioOutsideRoots, InvalidRequest
-from gateway.sidechannel import PathAudio
-from gateway.sources.names import (
+from gateway.naming.object_names import (
     MalformedName,
     ObjectName,
     ObjectPolicy,
@@ -20,7 +20,7 @@ from gateway.sources.names import (
     parse_object_url,
     parse_prefix,
 )
-from gateway.sources.objects import ThreeAligner
+from gateway.naming.sidechannel import PathAudio
 
 segment = st.text(
     st.characters(blacklist_characters="/\\\x00", blacklist_categories=("Cs",)), min_size=1

@@ -20,11 +20,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from blockbuster import blockbuster_ctx
 
 from gateway.app import create_app
+from gateway.audio.samples import write_tone
 from gateway.config import ConfigError, validate_config
-from gateway.samples import write_tone
 from gateway.stub_upstream import StubState, create_stub_app
-
-from .conftest import (
+from tests.conftest import (
     GatewayFactory,
     cache_stats,
     chat_body,
@@ -32,7 +31,7 @@ from .conftest import (
     gateway_error,
     gateway_metrics,
 )
-from .objectstore import (
+from tests.objectstore import (
     ACCESS_KEY_ID,
     SECRET_ACCESS_KEY,
     S3Server,

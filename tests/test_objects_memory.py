@@ -22,9 +22,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.stub_upstream import create_stub_app
-
-from .conftest import chat_body
-from .objectstore import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, S3Server, s3_server
+from tests.conftest import chat_body
+from tests.objectstore import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, S3Server, s3_server
 
 __all__ = ["s3_server"]
 

@@ -13,8 +13,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream import StubState
-
-from .conftest import forwarded_json, sha256_of
+from tests.conftest import forwarded_json, sha256_of
 
 MODEL = "stub-audio-model"
 PROMPT = [{"role": "user", "content": "Transcribe the audio."}]

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.samples import write_tone
+from gateway.audio.samples import write_tone
 from gateway.stub_upstream import StubState
-
-from .conftest import chat_body, forwarded_json, gateway_error, sha256_of
+from tests.conftest import chat_body, forwarded_json, gateway_error, sha256_of
 
 CHAT = "/v1/chat/completions"
 PROMPTLY_SECONDS = 5.0

@@ -9,12 +9,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from gateway.readiness import RESULT_TTL_SECONDS
+from gateway.serving.readiness import RESULT_TTL_SECONDS
 from gateway.stub_upstream import StubState
-
-from .conftest import GatewayFactory
-from .test_config import free_port
-from .test_upstream_origins import ca, ca_file, tls_stub, unix_stub  # noqa: F401 (fixtures)
+from tests.conftest import GatewayFactory
+from tests.test_config import free_port
+from tests.test_upstream_origins import ca, ca_file, tls_stub, unix_stub  # noqa: F401 (fixtures)
 
 READY = "/gateway/ready"
 

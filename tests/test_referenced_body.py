@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.body import Placeholders, SegmentedPayload
-from gateway.referenced_body import ReferencedBody
+from gateway.references.body import ReferencedBody
+from gateway.references.held import NO_KWARGS, kwargs_key
 from gateway.splice import splice_chat
-from gateway.upstream_clips import NO_KWARGS, kwargs_key
+from gateway.upstream.body import Placeholders, SegmentedPayload
 
 CLIPS = {"a": b"QUFB" * 5, "b": b"QkJC" * 3, "c": b"Q0ND"}
 

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from gateway.referenced_body import object_uuid
-from gateway.sources.names import ObjectName
-from gateway.sources.s3 import ObjectInfo
+from gateway.audio.sources.s3 import ObjectInfo
+from gateway.naming.object_names import ObjectName
+from gateway.references.body import object_uuid
 from gateway.stub_upstream import StubState
-
-from .conftest import GatewayFactory, chat_body
-from .objectstore import S3Server, aws_environment, s3_config, s3_server
+from tests.conftest import GatewayFactory, chat_body
+from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
 
 __all__ = ["aws_environment", "s3_server"]  # fixtures, used by name
 

@@ -19,8 +19,7 @@ from yarl import URL
 
 from gateway.stub_upstream import StubState
 from gateway.stub_upstream.tokens import word_token_id
-
-from .conftest import chat_body, gateway_error, sha256_of
+from tests.conftest import chat_body, gateway_error, sha256_of
 
 CHAT = "/v1/chat/completions"
 BOUND_SECONDS = 5.0

@@ -17,8 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.stub_upstream import StubState
-
-from .conftest import (
+from tests.conftest import (
     GatewayFactory,
     b64_of,
     chat_body,

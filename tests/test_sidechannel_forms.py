@@ -18,10 +18,9 @@ import pytest
 import soundfile
 from blockbuster import blockbuster_ctx
 
-from gateway.samples import write_tone
+from gateway.audio.samples import write_tone
 from gateway.stub_upstream import StubState
-
-from .conftest import audio_part, chat_body, forwarded_json, gateway_error, sha256_of
+from tests.conftest import audio_part, chat_body, forwarded_json, gateway_error, sha256_of
 
 CHAT = "/v1/chat/completions"
 SUPPORTED = ".wav, .flac, .mp3, .m4a, .ogg, .opus"

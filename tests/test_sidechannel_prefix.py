@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from gateway.config import ConfigError, validate_config
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.sidechannel import (
+from gateway.naming.sidechannel import (
     DEFAULT_KEYS,
     KEY_PREFIX_PATTERN,
     SIDECHANNEL_KEYS,
@@ -32,8 +32,7 @@ from gateway.sidechannel import (
     SidechannelKeys,
 )
 from gateway.stub_upstream import StubState
-
-from .conftest import GatewayFactory, chat_body, forwarded_json, gateway_error, sha256_of
+from tests.conftest import GatewayFactory, chat_body, forwarded_json, gateway_error, sha256_of
 
 Client = TestClient[web.Request, web.Application]
 PREFIX = "gateway_"
@@ -306,7 +305,7 @@ async def test_speech_form_fields_follow_the_prefix(
 
 
 def test_serve_refuses_a_bad_prefix_naming_the_key(tmp_path: Path) -> None:
-    from .test_config import run_cli
+    from tests.test_config import run_cli
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[sidechannel]\nkey_prefix = "gateway audio/"\n')

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.stub_upstream import StubState
-
-from .conftest import chat_body, sha256_of
+from tests.conftest import chat_body, sha256_of
 
 
 async def test_audio_path_arrives_byte_identical(gateway, stub: StubState, audio_dir: Path) -> None:

@@ -29,7 +29,9 @@ from openai import AsyncOpenAI
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from gateway.app import create_app
-from gateway.multipart import (
+from gateway.audio.samples import write_tone
+from gateway.stub_upstream import StubState
+from gateway.upstream.multipart import (
     AudioUpload,
     FormScanner,
     build_form,
@@ -37,10 +39,7 @@ from gateway.multipart import (
     form_fields,
     text_part,
 )
-from gateway.samples import write_tone
-from gateway.stub_upstream import StubState
-
-from .conftest import (
+from tests.conftest import (
     GatewayFactory,
     cache_stats,
     gateway_config,
@@ -49,7 +48,7 @@ from .conftest import (
     sha256_of,
     write_encoded_tone,
 )
-from .test_cache import SerialExecutor, eventually, serial_executor  # noqa: F401
+from tests.test_cache import SerialExecutor, eventually, serial_executor  # noqa: F401
 
 Client = TestClient[web.Request, web.Application]
 TRANSCRIPTIONS = "/v1/audio/transcriptions"

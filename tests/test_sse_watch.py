@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sse_watch import AnswerWatch, event_verdict, is_cache_miss
+from gateway.upstream.sse_watch import AnswerWatch, event_verdict, is_cache_miss
 
 ROLE = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
 CONTENT = {"choices": [{"index": 0, "delta": {"content": "Hello"}}]}

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.samples import write_tone
+from gateway.audio.samples import write_tone
 from gateway.stub_upstream import StubState, stub_state_key
 from gateway.stub_upstream.media import ClipReport
 from gateway.stub_upstream.mm_cache import (
@@ -30,8 +30,7 @@ from gateway.stub_upstream.mm_cache import (
     hash_factors,
     item_key,
 )
-
-from .conftest import sha256_of
+from tests.conftest import sha256_of
 
 Client = TestClient[web.Request, web.Application]
 CLIP_SECONDS = 0.25  # 16 kHz mono: 16 000 bytes of the stub's item size each

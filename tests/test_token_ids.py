@@ -29,8 +29,7 @@ from gateway.stub_upstream.tokens import (
     audio_token_count,
     word_token_id,
 )
-
-from .conftest import GatewayFactory, chat_body, forwarded_json, gateway_error
+from tests.conftest import GatewayFactory, chat_body, forwarded_json, gateway_error
 
 Client = TestClient[web.Request, web.Application]
 CHAT = "/v1/chat/completions"

@@ -16,15 +16,14 @@ from typing import Any
 
 import pytest
 
-from gateway.audio import PathPolicy
+from gateway.audio.policy import PathPolicy
+from gateway.audio.samples import write_tone
 from gateway.config import Config
-from gateway.samples import write_tone
 from gateway.tools import jobs, progress
 from gateway.tools.check import ROWS_IN_FLIGHT_PER_JOB, RowChecker, check_rows
 from gateway.tools.jsonl import Line
-
-from .conftest import write_encoded_tone
-from .tools_helpers import data_uri, error_examples, run_json, run_tool, write_jsonl
+from tests.conftest import write_encoded_tone
+from tests.tools_helpers import data_uri, error_examples, run_json, run_tool, write_jsonl
 
 CHECK_CONFIG = """
 [server]

@@ -16,11 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.samples import tone_pcm, write_wav
+from gateway.audio.samples import tone_pcm, write_wav
 from gateway.stub_upstream import StubState
-
-from .conftest import GatewayFactory
-from .tools_helpers import data_uri, read_jsonl, run_json, run_tool, write_jsonl
+from tests.conftest import GatewayFactory
+from tests.tools_helpers import data_uri, read_jsonl, run_json, run_tool, write_jsonl
 
 
 def wav(seconds: float, frequency_hz: float, directory: Path) -> bytes:

@@ -18,12 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.audio.samples import write_tone
 from gateway.errors import InvalidRequest
-from gateway.samples import write_tone
-from gateway.sidechannel import SIDECHANNEL_KEYS, SidechannelKeys
+from gateway.naming.sidechannel import SIDECHANNEL_KEYS, SidechannelKeys
 from gateway.tools.prefix import KeyRenaming
-
-from .tools_helpers import data_uri, read_jsonl, run_json, run_tool
+from tests.tools_helpers import data_uri, read_jsonl, run_json, run_tool
 
 GYM = "responses_create_params"
 WAV = b"RIFF\x24\x00\x00\x00WAVEfmt "  # only ever parsed, never decoded, by the renaming

@@ -12,11 +12,10 @@ from typing import Any
 import moto.settings
 import pytest
 
-from gateway.samples import write_tone
+from gateway.audio.samples import write_tone
 from gateway.stub_upstream import StubState
-
-from .conftest import GatewayFactory
-from .objectstore import (
+from tests.conftest import GatewayFactory
+from tests.objectstore import (
     ACCESS_KEY_ID,
     REGION,
     SECRET_ACCESS_KEY,
@@ -26,9 +25,9 @@ from .objectstore import (
     s3_server,
     silent_store,
 )
-from .test_tools_check import NEMO_P, PS, P, chat, nemo_gym, path, paths
-from .test_tools_convert import audio_of
-from .tools_helpers import error_examples, read_jsonl, run_json, write_jsonl
+from tests.test_tools_check import NEMO_P, PS, P, chat, nemo_gym, path, paths
+from tests.test_tools_convert import audio_of
+from tests.tools_helpers import error_examples, read_jsonl, run_json, write_jsonl
 
 __all__ = ["aws_environment", "s3_server", "silent_store"]  # fixtures, used by name
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.metrics import GatewayMetrics
-from gateway.upstream_clips import NO_KWARGS, ClipKey, UpstreamClips, kwargs_key
+from gateway.references.held import NO_KWARGS, ClipKey, UpstreamClips, kwargs_key
 
 
 def key(name: str, kwargs: bytes = NO_KWARGS) -> ClipKey:

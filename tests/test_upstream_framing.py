@@ -32,12 +32,11 @@ from hypothesis import strategies as st
 
 from gateway.app import create_app
 from gateway.config import UpstreamConfig
-from gateway.content_coding import decode_content
 from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
-from gateway.relay import create_upstream_pool
 from gateway.stub_upstream import StubState
-
-from .conftest import (
+from gateway.upstream.content_coding import decode_content
+from gateway.upstream.relay import create_upstream_pool
+from tests.conftest import (
     GatewayFactory,
     chat_body,
     forwarded_json,

@@ -22,9 +22,8 @@ from gateway.__main__ import build_parser, serve_config
 from gateway.app import create_app
 from gateway.config import ConfigError
 from gateway.stub_upstream import StubState, create_stub_app, stub_state_key
-
-from .conftest import GatewayFactory, chat_body, gateway_config, gateway_error, sha256_of
-from .test_config import CLI_TIMEOUT_SECONDS, free_port, start_gateway, wait_for_health
+from tests.conftest import GatewayFactory, chat_body, gateway_config, gateway_error, sha256_of
+from tests.test_config import CLI_TIMEOUT_SECONDS, free_port, start_gateway, wait_for_health
 
 CHAT = "/v1/chat/completions"
 BOUND_SECONDS = 5.0

@@ -42,11 +42,10 @@ with warnings.catch_warnings():  # vLLM's imports warn about the torch build; no
     from vllm.renderers.chat_utils import chat_message
 
 from bench.vllm_frontend_cpu import ModelFreeTracker  # noqa: E402
-from gateway.samples import write_tone  # noqa: E402
+from gateway.audio.samples import write_tone  # noqa: E402
 from gateway.stub_upstream import StubState  # noqa: E402
-
-from .conftest import GatewayFactory, chat_body, gateway_error, write_encoded_tone  # noqa: E402
-from .test_decode_limits import (  # noqa: E402
+from tests.conftest import GatewayFactory, chat_body, gateway_error, write_encoded_tone  # noqa: E402
+from tests.test_decode_limits import (  # noqa: E402
     BIG_DECODE,
     LIMIT_SECONDS,
     flac_streaminfo_only,

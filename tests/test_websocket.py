@@ -30,9 +30,8 @@ from websockets.asyncio.client import connect as websockets_connect
 
 from gateway.app import create_app
 from gateway.stub_upstream import StubState, create_stub_app, stub_state_key
-from gateway.websocket import sendable_close_code
-
-from .conftest import gateway_config, gateway_error, gateway_metrics
+from gateway.upstream.websocket import sendable_close_code
+from tests.conftest import gateway_config, gateway_error, gateway_metrics
 
 BOUND_SECONDS = 10.0  # a guard against hangs, never a timing assertion
 MIB = 1024 * 1024

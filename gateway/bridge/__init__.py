@@ -7,7 +7,8 @@ audio sidechannel is sent to the upstream's `/v1/chat/completions` instead:
     answer.py   chat completion -> Responses object
     events.py   chat SSE chunks -> Responses stream events
 
-The I/O (sending, reading, streaming back) lives in `gateway/bridge_relay.py`.
+The I/O (sending, reading, streaming back) lives in `relay.py`.
+May import: `errors`; `relay.py` also `upstream`. Never the references or the pipeline.
 """
 
 from .answer import ResponseIds, chat_to_response

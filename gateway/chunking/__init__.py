@@ -4,6 +4,9 @@ plan.py     pure: where the cuts go (quiet or fixed), in frames
 cutter.py   blocking: one streaming decode pass that cuts and writes WAV pieces
 reading.py  where the cutter reads a clip's bytes (base64 in memory, a file, a spool)
 pieces.py   `Chunker.split(clip)`: the pieces, cached in the audio store, single-flighted
+
+May import: `audio`, `bridge`, `clips`, `config`, `errors`, `metrics`, `naming`, `splice`,
+`upstream`. The pipeline imports it, never the other way.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any, Protocol
 import msgspec
 import pybase64
 
-from ..body import Placeholders, SegmentedPayload
-from ..sidechannel import InlineAudio
+from ..naming.sidechannel import InlineAudio
 from ..splice import Part
+from ..upstream.body import Placeholders, SegmentedPayload
 
 
 class Piece(Protocol):

@@ -24,8 +24,8 @@ from ..bridge import SSEDecoder
 from ..bridge.answer import invalid_answer
 from ..errors import GatewayError
 from ..metrics import GatewayMetrics
-from ..relay import RELAY_FAILURES, upstream_errors
-from ..upstream import UpstreamPool, UpstreamResponse
+from ..upstream.pool import UpstreamPool, UpstreamResponse
+from ..upstream.relay import RELAY_FAILURES, upstream_errors
 from .bodies import ChunkedRequest, Piece
 from .merge import Chunk, PieceCompletion, read_completion
 

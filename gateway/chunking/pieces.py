@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..cache import AudioStore
+from ..audio.cache import AudioStore
+from ..audio.durations import HEADER_BASE64_CHARS, AudioHeader, read_base64_header
 from ..config import AudioConfig, ChunkingConfig
-from ..durations import HEADER_BASE64_CHARS, AudioHeader, read_base64_header
 from ..errors import InvalidRequest, PayloadTooLarge
-from ..sidechannel import InlineAudio, base64_decoded_size
+from ..naming.sidechannel import InlineAudio, base64_decoded_size
 from .cutter import PIECE_MIME, CutClip, DecodedTooLong, Undecodable, cut_clip, read_piece
 from .reading import ClipFile, open_clip_file
 

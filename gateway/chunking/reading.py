@@ -20,9 +20,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pybase64
 
-from ..encoder import EncodedAudio, open_checked_file
-from ..sidechannel import InlineAudio
-from ..sources.local import LocalClip
+from ..audio.encoder import EncodedAudio, open_checked_file
+from ..audio.sources.local import LocalClip
+from ..naming.sidechannel import InlineAudio
 
 if TYPE_CHECKING:  # annotations only
     from ..clips import LoadedClip, PathClip

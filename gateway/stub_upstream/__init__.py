@@ -15,6 +15,7 @@ routes' multipart forms as vLLM's FastAPI handler does (`speech.py`). It holds c
 as vLLM's multimodal processor cache does (`mm_cache.py`, `cache_control.py`: uuid-only parts,
 the cache-miss 400, /pause /sleep /reset_mm_cache, engine drift) and can record the chat bodies
 it receives (`body_log.py`). Run alone with `python -m gateway.stub_upstream --port 8000`.
+May import: nothing of the gateway (it stands in for vLLM); only `demo` and tests import it.
 """
 
 from .app import create_stub_app, main, vllm_error

@@ -16,4 +16,7 @@ never a copy of them:
     converters.py  what each row becomes: --extract-to, --inline, --to-key-prefix
     convert.py   `audio-gateway convert`: the run, the atomic output file
     cli.py       argv -> the commands -> exit status
+
+May import: any room below the app (`naming`, `audio`, `splice`, `pipeline`, `chunking`,
+`bridge`, `references`, `upstream`, `config`). Only `__main__` imports it.
 """

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..formats import EXTENSION_BY_MIME, SNIFF_BYTES, sniff_mime
+from ..naming.formats import EXTENSION_BY_MIME, SNIFF_BYTES, sniff_mime
 
 
 @dataclass(frozen=True, slots=True)

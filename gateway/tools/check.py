@@ -20,20 +20,20 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from ..audio import PathPolicy, ResolvedClip
-from ..config import Config
-from ..durations import (
+from ..audio.durations import (
     HEADER_BYTES,
     AudioHeader,
     check_decode_limits,
     read_base64_header,
     read_header,
 )
-from ..encoder import open_checked_file
+from ..audio.encoder import open_checked_file
+from ..audio.policy import PathPolicy, ResolvedClip
+from ..audio.sources.objects import ObjectClip
+from ..config import Config
 from ..errors import GatewayError
-from ..formats import SNIFF_BYTES, checked_mime, input_audio_format
-from ..sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
-from ..sources.objects import ObjectClip
+from ..naming.formats import SNIFF_BYTES, checked_mime, input_audio_format
+from ..naming.sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
 from .jsonl import Line
 from .objects import ObjectChecks
 from .results import CheckedRow, ClipFacts, RowError

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..audio import PathPolicy
+from ..audio.policy import PathPolicy
 from ..config import Config, ConfigError, describe_validation_error, load_config
-from ..sources.names import is_object_url
+from ..naming.object_names import is_object_url
 from .check import RowChecker, check_rows
 from .convert import run_convert
 from .jobs import default_jobs

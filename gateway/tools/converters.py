@@ -18,12 +18,12 @@ from typing import IO, Any
 
 import msgspec
 
-from ..body import SegmentedPayload
 from ..config import Config
 from ..errors import GatewayError
+from ..naming.sidechannel import Sidechannel
 from ..pipeline import RewritePipeline
-from ..referenced_body import ReferencedBody
-from ..sidechannel import Sidechannel
+from ..references.body import ReferencedBody
+from ..upstream.body import SegmentedPayload
 from .blobs import ClipDirectory, StagedClip
 from .inline import InlineAudioFound, KeepInline, find_inline_audio, with_paths
 from .jsonl import Line

@@ -16,8 +16,8 @@ import msgspec
 import pybase64
 
 from ..errors import GatewayError
-from ..formats import MIME_BY_EXTENSION
-from ..sidechannel import InlineAudio, Sidechannel, SidechannelKeys, parse_data_uri
+from ..naming.formats import MIME_BY_EXTENSION
+from ..naming.sidechannel import InlineAudio, Sidechannel, SidechannelKeys, parse_data_uri
 from ..splice import last_user_message
 from .rows import RowRequest
 

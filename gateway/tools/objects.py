@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
+from ..audio.durations import AudioHeader
+from ..audio.sources.objects import ObjectClip, object_sources
 from ..config import Config
-from ..durations import AudioHeader
 from ..metrics import GatewayMetrics
-from ..sidechannel import PathAudio
-from ..sources.objects import ObjectClip, object_sources
+from ..naming.sidechannel import PathAudio
 
 _T = TypeVar("_T")
 HEAD_MEMO_ENTRIES = 65_536  # object versions whose first bytes were read (seeds repeat a clip)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..sidechannel import Sidechannel, SidechannelKeys
+from ..naming.sidechannel import Sidechannel, SidechannelKeys
 
 
 @dataclass(frozen=True, slots=True)

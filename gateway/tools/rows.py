@@ -16,8 +16,8 @@ import msgspec
 from ..bridge import responses_to_chat
 from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
+from ..naming.sidechannel import SidechannelKeys
 from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
-from ..sidechannel import SidechannelKeys
 from .jsonl import Line
 from .results import RowError
 

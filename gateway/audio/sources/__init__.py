@@ -4,10 +4,12 @@ The pipeline decides a reference's kind once (a local path, or an object URL suc
 `s3://bucket/key`), checks it with that kind's policy and hands the cache an `AudioSource`;
 the cache and the splice never ask which kind it is.
 
-    local.py   a checked local file (`audio.ResolvedClip`), read by `encoder`
-    names.py   pure: object URLs, key rules, containment in allowed prefixes
+    local.py   a checked local file (`policy.ResolvedClip`), read by `encoder`
     s3.py      the object-store client: HEAD identity, GET streams, presigned URLs, errors
     objects.py object clips: the `AudioSource` of one object, and the lookups that make them
+
+Object URLs and prefixes themselves are pure rules in `gateway.naming.object_names`.
+May import: the rest of `audio`, `config`, `errors`, `metrics`, `naming`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ...naming.sidechannel import PathAudio
     from ..encoder import EncodedAudio, StreamedAudio
-    from ..sidechannel import PathAudio
 
 
 class AudioSource(Protocol):

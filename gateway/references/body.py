@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .body import Placeholders, SegmentedPayload
-from .sources.s3 import ObjectInfo
-from .splice import Part
-from .upstream_clips import ClipKey, kwargs_key
+from ..audio.sources.s3 import ObjectInfo
+from ..splice import Part
+from ..upstream.body import Placeholders, SegmentedPayload
+from .held import ClipKey, kwargs_key
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from .upstream import UpstreamPool
+from ..upstream.pool import UpstreamPool
 
 RESULT_TTL_SECONDS = 1.0  # an upstream answer stands for this long
 PROBE_TIMEOUT_SECONDS = 5.0  # no answer by then: not ready (Kubernetes' own default is 1 s)

@@ -14,15 +14,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable
 import pybase64
 from cachetools import LRUCache
 
-from ..audio import check_clip_size
-from ..config import Config, S3Config
+from ...config import Config, S3Config
+from ...errors import AudioFileChanged
+from ...metrics import GatewayMetrics
+from ...naming.formats import SNIFF_BYTES, checked_mime
+from ...naming.object_names import ObjectName, ObjectPolicy
+from ...naming.sidechannel import PathAudio
 from ..durations import HEADER_BYTES, AudioHeader, read_header
 from ..encoder import READ_CHUNK_BYTES, EncodedAudio, StreamedAudio, base64_size
-from ..errors import AudioFileChanged
-from ..formats import SNIFF_BYTES, checked_mime
-from ..metrics import GatewayMetrics
-from ..sidechannel import PathAudio
-from .names import ObjectName, ObjectPolicy
+from ..policy import check_clip_size
 from .s3 import ObjectInfo, S3Client
 
 STREAM_CHUNK_BYTES = 1024 * 1024  # a streamed GET's chunks: small, for a flat peak RSS

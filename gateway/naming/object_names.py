@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import AudioOutsideRoots, InvalidRequest
-from ..sidechannel import PathAudio
+from .sidechannel import PathAudio
 
 OBJECT_SCHEMES = ("s3",)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)

@@ -15,9 +15,9 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .config import AudioConfig
-from .errors import AudioNotFound, AudioOutsideRoots, InvalidRequest, PayloadTooLarge
-from .sidechannel import PathAudio
+from ..config import AudioConfig
+from ..errors import AudioNotFound, AudioOutsideRoots, InvalidRequest, PayloadTooLarge
+from ..naming.sidechannel import PathAudio
 
 O_PATH = getattr(os, "O_PATH", 0)  # Linux: a descriptor that names a file without opening it
 

@@ -27,13 +27,13 @@ from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 from pydantic import SecretStr
 from yarl import URL
 
-from .auth import with_upstream_key
-from .config import UpstreamConfig
-from .errors import InvalidRequest, UpstreamTimeout, UpstreamUnavailable
-from .metrics import GatewayMetrics
-from .origin import UpstreamOrigin
+from ..auth import with_upstream_key
+from ..config import UpstreamConfig
+from ..errors import InvalidRequest, UpstreamTimeout, UpstreamUnavailable
+from ..metrics import GatewayMetrics
+from ..origin import UpstreamOrigin
+from .pool import RawHeaders
 from .relay import request_headers_for_upstream, response_headers_for_client
-from .upstream import RawHeaders
 
 MAX_MESSAGE_BYTES = 16 * 1024**2  # uvicorn's default ws_max_size: what vLLM accepts anyway
 CLOSE_TIMEOUT_SECONDS = 5.0  # how long a close waits for the peer's close reply

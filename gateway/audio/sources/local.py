@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..audio import ResolvedClip
+from ...naming.sidechannel import PathAudio
 from ..encoder import EncodedAudio, StreamedAudio, base64_size, encode_clip, open_streamed_clip
-from ..sidechannel import PathAudio
+from ..policy import ResolvedClip
 
 
 @dataclass(frozen=True, slots=True)

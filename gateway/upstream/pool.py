@@ -5,7 +5,7 @@ cookie jar, tracing, header normalisation) on work a proxy to one known origin d
 (measured again, with the framing suite, for issue 9: README, "The encoder and the cache").
 This client writes the request head and the body segments straight to the transport and hands
 the response back as status, raw headers and body chunks, with backpressure both ways.
-Each connection's wire protocol and framing live in `upstream_connection.py`.
+Each connection's wire protocol and framing live in `connection.py`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from .auth import with_upstream_key
+from ..auth import with_upstream_key
+from ..origin import UpstreamOrigin
 from .body import SegmentedPayload
-from .origin import UpstreamOrigin
-from .upstream_connection import (
+from .connection import (
     RawHeaders,
     UpstreamClosed,
     UpstreamConnection,

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from .encoder import StreamedAudio
+from ..audio.encoder import StreamedAudio
 
 Segment = bytes | StreamedAudio
 

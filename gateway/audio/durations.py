@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pybase64
 
-from .errors import PayloadTooLarge
+from ..errors import PayloadTooLarge
 
 HEADER_BYTES = 64 * 1024  # enough for the fmt/data chunks of any sane WAV and FLAC's STREAMINFO
 HEADER_BASE64_CHARS = HEADER_BYTES // 3 * 4  # whole base64 quanta: a prefix decodes on its own

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 from cachetools import LRUCache
 
-from .metrics import GatewayMetrics
+from ..metrics import GatewayMetrics
 
 ClipKey = tuple[str, bytes]  # the part's uuid, and the request's kwargs (canonical JSON)
 KWARGS_FIELDS = ("mm_processor_kwargs", "media_io_kwargs")  # what vLLM folds into the key

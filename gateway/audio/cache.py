@@ -19,11 +19,11 @@ from typing import Protocol
 
 from cachetools import LRUCache
 
-from .config import CacheConfig
+from ..config import CacheConfig
+from ..errors import GatewayError
+from ..metrics import GatewayMetrics
+from ..naming.sidechannel import PathAudio
 from .encoder import EncodedAudio, StreamedAudio
-from .errors import GatewayError
-from .metrics import GatewayMetrics
-from .sidechannel import PathAudio
 from .sources import AudioSource
 
 CacheKey = tuple[Hashable, bool]  # the source's content key, and `raw`

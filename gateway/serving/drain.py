@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
-from .websocket import is_websocket_upgrade
+from ..upstream.websocket import is_websocket_upgrade
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

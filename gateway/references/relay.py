@@ -1,6 +1,6 @@
 """Sending a body whose clips may go by reference, and sending it once more with their data.
 
-`ReferenceRelay.relay` asks the record (`upstream_clips.py`) which clips the upstream holds,
+`ReferenceRelay.relay` asks the record (`held.py`) which clips the upstream holds,
 sends those as uuid-only parts, and watches the start of the answer before the client sees
 any of it. When the upstream did not have them, the whole request goes again with every
 clip's data (and uuid), and the client sees only that second answer:
@@ -23,16 +23,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from .bridge import BridgedRequest
-from .bridge_relay import bridge_headers, bridged_answer, chat_target
-from .metrics import GatewayMetrics
-from .referenced_body import ReferencedBody
-from .relay import RELAY_FAILURES, relay_answer, upstream_errors, upstream_target
-from .sse_watch import AnswerWatch, is_cache_miss
-from .upstream import UpstreamPool, UpstreamResponse
-from .upstream_clips import ClipKey, Sending, UpstreamClips
+from ..bridge import BridgedRequest
+from ..bridge.relay import bridge_headers, bridged_answer, chat_target
+from ..metrics import GatewayMetrics
+from ..upstream.pool import UpstreamPool, UpstreamResponse
+from ..upstream.relay import RELAY_FAILURES, relay_answer, upstream_errors, upstream_target
+from ..upstream.sse_watch import AnswerWatch, is_cache_miss
+from .body import ReferencedBody
+from .held import ClipKey, Sending, UpstreamClips
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.reference_relay")  # named before the move: log filters key on it
 
 Answer = Callable[[UpstreamResponse], Awaitable[web.StreamResponse]]
 # vLLM 0.33's routes that empty its processor cache (/pause unless clear_cache=false, /sleep

@@ -12,7 +12,7 @@ import zlib
 
 from aiohttp import web
 
-from .errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 _WBITS = {"gzip": _GZIP_WBITS, "x-gzip": _GZIP_WBITS, "deflate": zlib.MAX_WBITS}

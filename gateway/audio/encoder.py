@@ -18,10 +18,10 @@ from typing import Any
 import aiofiles
 import pybase64
 
-from .audio import ResolvedClip
+from ..errors import AudioFileChanged, AudioNotFound
+from ..naming.formats import SNIFF_BYTES, checked_mime
 from .durations import HEADER_BYTES, AudioHeader, read_header
-from .errors import AudioFileChanged, AudioNotFound
-from .formats import SNIFF_BYTES, checked_mime
+from .policy import ResolvedClip
 
 READ_CHUNK_BYTES = 3 * 1024 * 1024  # multiple of 3: base64 pieces concatenate without padding
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC  # never block on a FIFO

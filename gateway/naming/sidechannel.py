@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pybase64
 
-from .errors import InvalidRequest, PayloadTooLarge
+from ..errors import InvalidRequest, PayloadTooLarge
 from .formats import mime_for_extension
 
 SIDECHANNEL_KEYS = ("audio_data", "audio_url", "audio_path", "audio_paths")

@@ -16,10 +16,10 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ..config import UpstreamConfig
+from ..errors import UpstreamTimeout, UpstreamUnavailable
 from .body import SegmentedPayload
-from .config import UpstreamConfig
-from .errors import UpstreamTimeout, UpstreamUnavailable
-from .upstream import (
+from .pool import (
     RawHeaders,
     UpstreamClosed,
     UpstreamInvalidResponse,
@@ -28,7 +28,7 @@ from .upstream import (
     UpstreamTimedOut,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.relay")  # named before the move: log filters key on it
 
 HOP_BY_HOP_HEADERS = frozenset(
     {

@@ -16,14 +16,14 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .body import SegmentedPayload
-from .bridge import BridgedRequest, ChatStreamTranslator, ResponseIds, encode_event
-from .bridge.answer import chat_to_response, invalid_answer
-from .bridge.events import Event
-from .relay import RELAY_FAILURES, relay_answer, upstream_errors
-from .upstream import UpstreamPool, UpstreamResponse
+from ..upstream.body import SegmentedPayload
+from ..upstream.pool import UpstreamPool, UpstreamResponse
+from ..upstream.relay import RELAY_FAILURES, relay_answer, upstream_errors
+from . import BridgedRequest, ChatStreamTranslator, ResponseIds, encode_event
+from .answer import chat_to_response, invalid_answer
+from .events import Event
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.bridge_relay")  # named before the move: log filters key on it
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 # The gateway must read the answer it translates: no compressed upstream answers.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import InvalidRequest
+from ..errors import InvalidRequest
 
 MIME_BY_EXTENSION: dict[str, str] = {
     ".wav": "audio/wav",

@@ -1,0 +1,6 @@
+"""What audio a request names, as pure rules: no I/O.
+
+Holds the sidechannel's keys and forms (`sidechannel`), object URLs and prefixes
+(`object_names`) and container formats by extension and content (`formats`).
+May import: `gateway.errors` only. Everything else may import it.
+"""

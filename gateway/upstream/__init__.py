@@ -1,0 +1,6 @@
+"""The connection to vLLM: the pooled HTTP/1.1 client and everything that crosses it.
+
+Holds the pool and its connections, the relay (header policy, buffered vs streamed copy), the
+segmented outgoing body, multipart forms, request content codings, the SSE watch, and the
+WebSocket relay. May import: `auth`, `config`, `errors`, `metrics`, `origin`, `audio`.
+"""
