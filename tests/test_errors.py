@@ -76,11 +76,6 @@ INVALID_SIDECHANNELS: list[tuple[dict[str, Any], str, list[str]]] = [
     ),
     ({"audio_paths": '["a.wav", null]'}, "metadata.audio_paths", ["metadata.audio_paths[1]"]),
     ({"audio_paths": [["a.wav"]]}, "metadata.audio_paths", ["metadata.audio_paths[0]"]),
-    (
-        {"audio_paths": ["a.wav", "b.mp4a"]},
-        "metadata.audio_paths",
-        ["metadata.audio_paths[1]", "'b.mp4a'", ".wav, .flac"],
-    ),
 ]
 
 

@@ -389,6 +389,7 @@ ERRORS: list[tuple[dict[str, str], int, str, str]] = [
 @pytest.fixture
 def error_files(audio_dir: Path) -> None:
     (audio_dir / "dir.wav").mkdir()
+    (audio_dir / "a.txt").write_text("a regular file: its extension is what is wrong\n")
     (audio_dir / "noise.wav").write_bytes(os.urandom(4096))
     write_tone(audio_dir / "big.wav", 1.0)  # 32 KB, over the 16 KB limit these tests set
     write_tone(audio_dir.parent / "outside.wav", 0.1)

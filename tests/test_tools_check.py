@@ -62,6 +62,7 @@ def bad_audio(audio_dir: Path, tmp_path: Path) -> Path:
         wide.writeframes(bytes(16_000 * 8))
     (audio_dir / "notaudio.wav").write_text("this is a text file, not a RIFF/WAVE one\n")
     (audio_dir / "folder.wav").mkdir()
+    write_tone(audio_dir / "x.aac", 0.1)  # a regular file: its extension is what is wrong
     write_tone(tmp_path / "outside.wav", 0.1)
     return audio_dir
 

@@ -18,9 +18,10 @@ from typing import Any
 import aiofiles
 import pybase64
 
-from ..errors import AudioFileChanged, AudioNotFound
+from ..errors import AudioFileChanged, GatewayError
 from ..naming.formats import SNIFF_BYTES, checked_mime
 from .durations import HEADER_BYTES, AudioHeader, read_header
+from .os_errors import clip_os_error
 from .policy import ResolvedClip
 
 READ_CHUNK_BYTES = 3 * 1024 * 1024  # multiple of 3: base64 pieces concatenate without padding
@@ -67,7 +68,10 @@ class ChunkReader:
         """The next chunk; empty once the clip's `size` bytes are read."""
         if self._remaining == 0:
             return self._view[:0]
-        count = await self._handle.readinto(self._view[: min(len(self._view), self._remaining)])
+        try:
+            count = await self._handle.readinto(self._view[: min(len(self._view), self._remaining)])
+        except OSError as exc:  # EIO from a failing disk or a network file system
+            raise clip_os_error(self.clip.ref, exc) from None
         if not count:
             raise _changed(self.clip)  # shorter than when it was checked
         self._remaining -= count
@@ -156,18 +160,18 @@ async def open_streamed_clip(
         mime = _checked_mime(clip, head)
         sha256 = None
         if digest:
-            sha256 = await asyncio.to_thread(_hash_file_descriptor, handle.fileno(), clip.size)
+            sha256 = await asyncio.to_thread(_hash_file_descriptor, clip, handle.fileno())
         return StreamedAudio(reader, head, mime, sha256, _header(clip, head), raw=raw)
     except BaseException:
         await reader.aclose()
         raise
 
 
-def _hash_file_descriptor(fd: int, size: int) -> str:
+def _hash_file_descriptor(clip: ResolvedClip, fd: int) -> str:
     hasher = hashlib.sha256()
-    offset = 0
+    offset, size = 0, clip.size
     while offset < size:
-        chunk = os.pread(fd, min(8 * READ_CHUNK_BYTES, size - offset), offset)
+        chunk = read_checked(clip, fd, min(8 * READ_CHUNK_BYTES, size - offset), offset)
         if not chunk:
             break
         hasher.update(chunk)
@@ -184,29 +188,37 @@ def _checked_opener(clip: ResolvedClip) -> Callable[[str, int], int]:
     def opener(path: str, flags: int) -> int:
         try:
             fd = os.open(path, OPEN_FLAGS)
-        except FileNotFoundError:
-            raise AudioNotFound(
-                f"{clip.ref.label}: audio file {clip.ref.given!r} does not exist",
-                param=clip.ref.param,
-                code="audio_not_found",
-            ) from None
-        except OSError:
-            # O_NOFOLLOW met a symlink swapped in after the checks, or similar.
-            os_error = _changed(clip)
-            raise os_error from None
+        except OSError as exc:
+            raise _open_error(clip, exc) from None
         info = os.fstat(fd)
-        same_file = (info.st_ino, info.st_dev, info.st_size, info.st_mtime_ns) == (
-            clip.inode,
-            clip.device,
-            clip.size,
-            clip.mtime_ns,
-        )
-        if not (stat.S_ISREG(info.st_mode) and same_file):
+        if not _same_file(clip, info):
             os.close(fd)
             raise _changed(clip)
         return fd
 
     return opener
+
+
+def _same_file(clip: ResolvedClip, info: os.stat_result) -> bool:
+    """Whether `info` is the regular file the checks saw: same identity, same version."""
+    return stat.S_ISREG(info.st_mode) and (
+        info.st_ino,
+        info.st_dev,
+        info.st_size,
+        info.st_mtime_ns,
+    ) == (clip.inode, clip.device, clip.size, clip.mtime_ns)
+
+
+def _open_error(clip: ResolvedClip, exc: OSError) -> GatewayError:
+    """Why the checked file would not open: 409 only when what its path names now is not the
+    file that was checked (replaced, rewritten, a symlink swapped in: O_NOFOLLOW's ELOOP);
+    otherwise the errno's own cause (`os_errors`), e.g. 403 for a file the gateway's user
+    may not read, 404 for one removed since."""
+    try:
+        now = os.lstat(clip.real_path)
+    except OSError as gone:  # removed, or a directory above it made unreadable
+        return clip_os_error(clip.ref, gone)
+    return clip_os_error(clip.ref, exc) if _same_file(clip, now) else _changed(clip)
 
 
 def _checked_mime(clip: ResolvedClip, head: memoryview) -> str:
@@ -234,3 +246,11 @@ def open_checked_file(clip: ResolvedClip) -> int:
     """Blocking: a read-only descriptor of exactly the file the checks saw (the dataset tools
     open files as the server does); raises the server's errors otherwise."""
     return _checked_opener(clip)(clip.real_path, os.O_RDONLY)
+
+
+def read_checked(clip: ResolvedClip, fd: int, size: int, offset: int) -> bytes:
+    """Blocking: `os.pread` of a checked file, its OS errors named as the server names them."""
+    try:
+        return os.pread(fd, size, offset)
+    except OSError as exc:
+        raise clip_os_error(clip.ref, exc) from None

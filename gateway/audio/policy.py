@@ -16,8 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..config import AudioConfig
-from ..errors import AudioNotFound, AudioOutsideRoots, InvalidRequest, PayloadTooLarge
+from ..errors import AudioOutsideRoots, InvalidRequest, PayloadTooLarge
+from ..naming.formats import mime_for_extension
 from ..naming.sidechannel import PathAudio
+from .os_errors import RESOLVING, clip_os_error
 
 O_PATH = getattr(os, "O_PATH", 0)  # Linux: a descriptor that names a file without opening it
 
@@ -67,6 +69,9 @@ class PathPolicy:
         return [self.resolve(ref) for ref in refs]
 
     def resolve(self, ref: PathAudio) -> ResolvedClip:
+        """The checks in the order of the answer a path gets for the first rule it breaks:
+        inside the roots (403), exists and readable (`os_errors`), a regular file (400), its
+        extension (400), its size (413). Content is sniffed when the clip is read."""
         real_path, info = self._real_path_and_stat(ref)
         if not self._is_allowed(real_path):
             # Same answer whether or not the file exists: a 403 must not probe the disk.
@@ -76,23 +81,14 @@ class PathPolicy:
                 code="audio_path_forbidden",
             )
         if isinstance(info, OSError):
-            if isinstance(info, FileNotFoundError | NotADirectoryError):
-                raise AudioNotFound(
-                    f"{ref.label}: audio file {ref.given!r} does not exist",
-                    param=ref.param,
-                    code="audio_not_found",
-                )
-            raise AudioOutsideRoots(
-                f"{ref.label}: audio file {ref.given!r} cannot be read ({info.strerror})",
-                param=ref.param,
-                code="audio_path_forbidden",
-            )
+            raise clip_os_error(ref, info, RESOLVING)
         if not stat.S_ISREG(info.st_mode):
             raise InvalidRequest(
                 f"{ref.label}: {ref.given!r} is not a regular file",
                 param=ref.param,
                 code="not_a_regular_file",
             )
+        mime_for_extension(ref.given, ref.param, ref.label)  # next rule: the extension (400)
         check_clip_size(ref, info.st_size, self.max_file_bytes)
         return ResolvedClip(
             ref=ref,

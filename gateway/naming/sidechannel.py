@@ -48,12 +48,19 @@ class InlineAudio:
 
 @dataclass(frozen=True, slots=True)
 class PathAudio:
-    """One path as the client gave it, with the MIME type its extension promises."""
+    """One path as the client gave it."""
 
     given: str
     param: str  # the sidechannel key, e.g. "metadata.audio_paths"
     label: str  # the key with the list index, for messages: "metadata.audio_paths[2]"
-    claimed_mime: str
+
+    @property
+    def claimed_mime(self) -> str:
+        """The MIME type the extension promises; 400 `unsupported_audio_format` for another.
+
+        Asked only once the path is known to name a regular file inside the roots, so the
+        answer names the first rule a path breaks (roots, existence, file type, extension)."""
+        return mime_for_extension(self.given, self.param, self.label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +217,7 @@ def _path_clip(value: Any, param: str, label: str) -> PathAudio:
         raise _empty(param, label)
     if "\x00" in value:
         raise _invalid(param, "contains a NUL byte", label)
-    return PathAudio(
-        given=value, param=param, label=label, claimed_mime=mime_for_extension(value, param, label)
-    )
+    return PathAudio(given=value, param=param, label=label)
 
 
 def _path_list(value: Any, param: str) -> list[Any]:

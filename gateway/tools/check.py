@@ -27,7 +27,7 @@ from ..audio.durations import (
     read_base64_header,
     read_header,
 )
-from ..audio.encoder import open_checked_file
+from ..audio.encoder import open_checked_file, read_checked
 from ..audio.policy import PathPolicy, ResolvedClip
 from ..audio.sources.objects import ObjectClip
 from ..config import Config
@@ -269,7 +269,7 @@ def _read_head(clip: ResolvedClip) -> _Head:
     """Open the file as the server does (same identity checks) and read its header bytes."""
     fd = open_checked_file(clip)
     try:
-        head = os.pread(fd, HEADER_BYTES, 0)
+        head = read_checked(clip, fd, HEADER_BYTES, 0)
     finally:
         os.close(fd)
     return _Head(head[:SNIFF_BYTES], read_header(head, clip.size))

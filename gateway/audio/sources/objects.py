@@ -1,9 +1,10 @@
 """Object clips: the `AudioSource` of one object, and the lookup that makes them.
 
 `ObjectSources.source(ref)` checks the name (400/403), HEADs the object for its identity
-(bucket, key, ETag, size) and size limit (413 before any GET), and returns an `ObjectClip`
-that the cache keys by that identity. With `revalidate = false` an object HEADed before is
-trusted as it was: no request reaches the store for a clip the cache still holds.
+(bucket, key, ETag, size; 404), then its extension (400) and size limit (413 before any
+GET), and returns an `ObjectClip` that the cache keys by that identity. With
+`revalidate = false` an object HEADed before is trusted as it was: no request reaches the
+store for a clip the cache still holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from cachetools import LRUCache
 from ...config import Config, S3Config
 from ...errors import AudioFileChanged
 from ...metrics import GatewayMetrics
-from ...naming.formats import SNIFF_BYTES, checked_mime
+from ...naming.formats import SNIFF_BYTES, checked_mime, mime_for_extension
 from ...naming.object_names import ObjectName, ObjectPolicy
 from ...naming.sidechannel import PathAudio
 from ..durations import HEADER_BYTES, AudioHeader, read_header
@@ -67,6 +68,7 @@ class ObjectSources:
             info = await self.client.head(name, ref)
             if not self.revalidate:  # only then is a HEAD result ever read again
                 self._known[name] = info
+        mime_for_extension(ref.given, ref.param, ref.label)  # after existence, as for files
         check_clip_size(ref, info.size, self.max_file_bytes)
         return ObjectClip(ref, info, self, presigned=presigned)
 
