@@ -11,38 +11,22 @@ form fields in the order they came. `stream` answers are vLLM's `*.chunk` SSE ev
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import parse_qsl
 
 from aiohttp import web
-from aiohttp.base_protocol import BaseProtocol
-from aiohttp.multipart import BodyPartReader, MultipartReader, parse_content_disposition
-from aiohttp.streams import StreamReader
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .forms import FormError, FormItems, UploadedFile, parse_form
 from .media import ClipReport, StubRejection, decode_audio
 from .state import stub_state_key
 
-MAX_FIELD_BYTES = 1024 * 1024  # Starlette's max_part_size for text fields
 MAX_FILE_BYTES = 25 * 1024 * 1024  # VLLM_MAX_AUDIO_CLIP_FILESIZE_MB
 STREAM_OPTIONS = ("stream_include_usage", "stream_continuous_usage_stats")
 SUPPORTED_FORMATS = ("text", "json", "verbose_json", "diarized_json")
 Task = Literal["transcribe", "translate"]
-
-
-@dataclass(frozen=True)
-class UploadedFile:
-    filename: str
-    content_type: str | None
-    data: bytes
-
-
-FormItems = list[tuple[str, "str | UploadedFile"]]
 
 
 class SpeechForm(BaseModel):
@@ -92,7 +76,7 @@ def add_speech_routes(app: web.Application) -> None:
 
 async def _speech(request: web.Request, task: Task) -> web.StreamResponse:
     try:
-        items = await read_form(request)
+        items = parse_form(await request.read(), request.headers.get("Content-Type", ""))
     except FormError as exc:
         return _error(exc.message, 400)
     upload = _last(items, "file")
@@ -119,58 +103,6 @@ async def _speech(request: web.Request, task: Task) -> web.StreamResponse:
     if form.stream:
         return await _stream(request, form, task, report)
     return web.json_response(_answer(form, task, report))
-
-
-# --- the form, as Starlette and FastAPI read it ---------------------------------------------------
-
-
-class FormError(Exception):
-    def __init__(self, message: str) -> None:
-        self.message = message
-
-
-async def read_form(request: web.Request) -> FormItems:
-    """The form's items in order; an empty form for a body that is no form (as Starlette)."""
-    if request.content_type == "application/x-www-form-urlencoded":
-        text = (await request.read()).decode("latin-1")
-        return list(parse_qsl(text, keep_blank_values=True))
-    if request.content_type != "multipart/form-data":
-        return []
-    reader = MultipartReader(request.headers, await _replay(await request.read()))
-    items: FormItems = []
-    try:
-        while (part := await reader.next()) is not None:
-            if not isinstance(part, BodyPartReader):
-                raise FormError("Invalid multipart data.")
-            items.append(await _item(part))
-    except (ValueError, AssertionError) as exc:  # aiohttp's parser on a malformed body
-        raise FormError("Invalid multipart data.") from exc
-    return items
-
-
-async def _item(part: BodyPartReader) -> tuple[str, str | UploadedFile]:
-    _, params = parse_content_disposition(part.headers.get("Content-Disposition"))
-    if "name" not in params:
-        raise FormError('The Content-Disposition header field "name" must be provided.')
-    data = bytes(await part.read())
-    if "filename" in params:
-        file = UploadedFile(params["filename"], part.headers.get("Content-Type"), data)
-        return params["name"], file
-    if len(data) > MAX_FIELD_BYTES:
-        raise FormError(f"Part exceeded maximum size of {MAX_FIELD_BYTES // 1024}KB.")
-    try:
-        return params["name"], data.decode("utf-8")
-    except UnicodeDecodeError:
-        return params["name"], data.decode("latin-1")
-
-
-async def _replay(body: bytes) -> StreamReader:
-    """The body the recording middleware already read, as a stream the reader can consume."""
-    loop = asyncio.get_running_loop()
-    stream = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
-    stream.feed_data(body)
-    stream.feed_eof()
-    return stream
 
 
 def _last(items: FormItems, name: str) -> str | UploadedFile | None:
