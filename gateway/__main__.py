@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from .app import create_app
+from .audio.roots import describe_roots
 from .config import Config, ConfigError, describe_validation_error, load_config
 from .lifecycle import serve_app
 from .serving.logs import configure_logging
@@ -125,10 +126,11 @@ def serve(config: Config) -> None:
             "and a VLLM_AUDIO_FETCH_TIMEOUT long enough for the clips"
         )
     log.info(
-        "audio-gateway on http://%s:%d -> %s; %s",
+        "audio-gateway on http://%s:%d -> %s; %s; %s",
         config.server.host,
         config.server.port,
         config.upstream.url,
+        describe_roots(config.audio),
         f"{len(config.server.api_keys)} API key(s) required on /v1"
         if config.server.api_keys
         else "no API keys: /v1 is open",

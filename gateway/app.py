@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from . import __version__
+from .audio.roots import local_roots
 from .auth import ApiKeys, require_api_key
 from .bridge import BridgedRequest, responses_to_chat
 from .bridge.relay import bridge_headers, chat_target, relay_bridged
@@ -134,7 +135,8 @@ async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
 
 async def readiness(app: web.Application) -> AsyncIterator[None]:
     in_flight = app[in_flight_key]
-    app[readiness_key] = Readiness(app[upstream_key], lambda: in_flight.draining)
+    roots = local_roots(app[config_key].audio)
+    app[readiness_key] = Readiness(app[upstream_key], lambda: in_flight.draining, roots)
     yield
     app[readiness_key].close()
 

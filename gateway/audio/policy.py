@@ -20,6 +20,7 @@ from ..errors import AudioOutsideRoots, InvalidRequest, PayloadTooLarge
 from ..naming.formats import mime_for_extension
 from ..naming.sidechannel import PathAudio
 from .os_errors import RESOLVING, clip_os_error
+from .roots import check_roots
 
 O_PATH = getattr(os, "O_PATH", 0)  # Linux: a descriptor that names a file without opening it
 
@@ -61,7 +62,9 @@ class PathPolicy:
 
     @classmethod
     def from_config(cls, audio: AudioConfig) -> PathPolicy:
-        """Blocking: resolves the configured roots to real paths once, at start-up."""
+        """Blocking: resolves the configured roots to real paths once, at start-up; a
+        `ConfigError` for a local root that is not a readable directory (`roots`)."""
+        check_roots(audio)
         roots = [os.path.realpath(root) for root in audio.effective_roots()]
         return cls(audio.local_root(), roots, audio.max_file_bytes)
 

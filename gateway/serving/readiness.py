@@ -1,21 +1,24 @@
 """`GET /gateway/ready`: whether this gateway should get traffic (a readiness probe).
 
-Ready means: no drain has started, and the upstream answered its own `GET /health` with 200.
-The upstream probe is the gateway's own request, built here with no header of the prober's
-(the pool adds `Host` and, when configured, `upstream.api_key`). Its result is kept for
-`RESULT_TTL_SECONDS`, and at most one probe is in flight: concurrent readiness calls share it,
-so a burst of probers costs the upstream one request.
+Ready means: no drain has started, every local audio root is still a directory the gateway may
+list and enter (an unmounted volume is not ready: `audio_root_unreadable`), and the upstream
+answered its own `GET /health` with 200. The upstream probe is the gateway's own request, built
+here with no header of the prober's (the pool adds `Host` and, when configured,
+`upstream.api_key`). A probe's result is kept for `RESULT_TTL_SECONDS`, and at most one probe
+is in flight: concurrent readiness calls share it, so a burst of probers costs the upstream one
+request and the disk one look at each root.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from ..audio.roots import LocalRoot, unreadable_roots
 from ..upstream.pool import UpstreamPool
 
 RESULT_TTL_SECONDS = 1.0  # an upstream answer stands for this long
@@ -46,11 +49,18 @@ DRAINING = Verdict(
 
 
 class Readiness:
-    """The readiness check over one upstream pool; `draining()` says whether a drain started."""
+    """The readiness check over one upstream pool and the local audio `roots`; `draining()`
+    says whether a drain started."""
 
-    def __init__(self, pool: UpstreamPool, draining: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        draining: Callable[[], bool],
+        roots: Sequence[LocalRoot] = (),
+    ) -> None:
         self._pool = pool
         self._draining = draining
+        self._roots = tuple(roots)
         self._verdict: Verdict | None = None
         self._verdict_at = 0.0
         self._probe: asyncio.Task[Verdict] | None = None
@@ -68,11 +78,20 @@ class Readiness:
 
     async def _run_probe(self) -> Verdict:
         try:
-            verdict = await self._probe_upstream()
+            verdict = await self._probe_roots() or await self._probe_upstream()
             self._verdict, self._verdict_at = verdict, time.monotonic()
             return verdict
         finally:
             self._probe = None
+
+    async def _probe_roots(self) -> Verdict | None:
+        """Not ready while a local root is not a readable directory; None when all are."""
+        if not self._roots:
+            return None
+        problems = await asyncio.to_thread(unreadable_roots, self._roots)  # blocking stats
+        if not problems:
+            return None
+        return Verdict(False, "audio_root_unreadable", "; ".join(problems))
 
     async def _probe_upstream(self) -> Verdict:
         pool = self._pool

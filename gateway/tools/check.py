@@ -37,6 +37,7 @@ from ..naming.sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64
 from .jsonl import Line
 from .objects import ObjectChecks
 from .results import CheckedRow, ClipFacts, RowError
+from .root_hints import with_root_named
 from .rows import (
     RowRequest,
     parse_row,
@@ -262,7 +263,8 @@ class RowChecker:
         return mime, head.header
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
-        return row_error(prepared.line, prepared.request, error, self.keys, path)
+        located = row_error(prepared.line, prepared.request, error, self.keys, path)
+        return with_root_named(located, self.config.audio.root)
 
 
 def _read_head(clip: ResolvedClip) -> _Head:

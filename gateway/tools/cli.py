@@ -112,7 +112,9 @@ def run_check(args: argparse.Namespace) -> int:
     has_objects = bool(config.audio.object_roots())
     jobs = args.jobs or default_jobs(config.audio.effective_roots(), objects=has_objects)
     checker = RowChecker(config, PathPolicy.from_config(config.audio))
-    summary = CheckSummary(files, long_audio=LongAudioTally(config.chunking))
+    summary = CheckSummary(
+        files, audio_root=config.audio.root, long_audio=LongAudioTally(config.chunking)
+    )
     started = time.perf_counter()
     total = sum(os.path.getsize(path) for path in files)
     with closing(Progress(total, "check")) as progress, closing(checker):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .results import CheckedRow, ClipFacts, RowError
+from .root_hints import describe_root
 
 if TYPE_CHECKING:
     from .long_audio import LongAudioTally
@@ -75,6 +76,7 @@ class CheckSummary:
     """Totals of a `check` run; memory grows with distinct files, never with rows."""
 
     files: list[str]
+    audio_root: str = ""  # the [audio] root relative paths were resolved against ("": none)
     rows: int = 0
     rows_with_audio: int = 0
     clips: int = 0
@@ -123,6 +125,7 @@ class CheckSummary:
         return {
             "command": "check",
             "files": self.files,
+            "audio_root": self.audio_root or None,
             "rows": self.rows,
             "rows_with_audio": self.rows_with_audio,
             "rows_with_errors": self.errors.rows,
@@ -148,6 +151,7 @@ class CheckSummary:
             )
         rate = self.rows / self.seconds if self.seconds else 0.0
         rows = [
+            ("audio root", describe_root(self.audio_root)),
             ("rows read", f"{self.rows:,}"),
             ("rows with audio", f"{self.rows_with_audio:,}"),
             ("rows with errors", f"{self.errors.rows:,}"),
