@@ -55,7 +55,7 @@ def _encode_in_this_process(path: Path) -> float:
     from gateway.naming.sidechannel import PathAudio
 
     policy = PathPolicy(str(path.parent), [str(path.parent.resolve())], path.stat().st_size)
-    ref = PathAudio(given=path.name, param="bench", label="bench", claimed_mime="audio/wav")
+    ref = PathAudio(given=path.name, param="bench", label="bench")
     clip = policy.resolve(ref)
 
     async def timed() -> float:
