@@ -48,9 +48,10 @@ class S3Server:
     def heads(self, bucket: str, key: str) -> int:
         return self.log.count("HEAD", f"/{bucket}/{key}")
 
-    def iam_user_keys(self) -> tuple[str, str]:
-        """(key id, secret) of a new IAM user allowed s3:*, for tests where moto checks
-        signatures (only its IAM users' keys pass then)."""
+    def iam_user_keys(self, deny: str | None = None) -> tuple[str, str]:
+        """(key id, secret) of a new IAM user allowed s3:* (but s3:GetObject on the `deny`
+        resource ARN), for tests where moto checks signatures (only its IAM users' keys pass
+        then)."""
         iam = boto3.client(
             "iam",
             endpoint_url=self.endpoint,
@@ -64,6 +65,10 @@ class S3Server:
             "Version": "2012-10-17",
             "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
         }
+        if deny is not None:
+            policy["Statement"].append(
+                {"Effect": "Deny", "Action": "s3:GetObject", "Resource": deny}
+            )
         iam.put_user_policy(UserName=user, PolicyName="audio", PolicyDocument=json.dumps(policy))
         key = iam.create_access_key(UserName=user)["AccessKey"]
         return key["AccessKeyId"], key["SecretAccessKey"]

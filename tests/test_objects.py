@@ -593,3 +593,33 @@ def test_a_plain_http_endpoint_needs_allow_http() -> None:
     assert "storage.s3" in str(refused.value) and "allow_http" in str(refused.value)
     assert validate_config({"storage": {"s3": {**endpoint, "allow_http": True}}})
     assert validate_config({"storage": {"s3": {"endpoint_url": "https://s3.local"}}})
+
+
+async def test_an_object_the_credentials_may_not_read_is_403_not_502(
+    make_gateway: GatewayFactory,
+    s3_server: S3Server,
+    bucket: str,
+    audio_dir: Path,
+    stub: StubState,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As a file the gateway's user may not read: 403 `audio_path_forbidden` on every try,
+    naming the store's AccessDenied; a readable object beside it still arrives."""
+    s3_server.put(bucket, "data/a.wav", audio_dir / "a.wav")
+    s3_server.put(bucket, "data/locked.wav", audio_dir / "b.wav")
+    key_id, secret = s3_server.iam_user_keys(deny=f"arn:aws:s3:::{bucket}/data/locked.wav")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # keys are checked
+    client = await make_gateway(
+        audio={"allowed_roots": [f"s3://{bucket}/data/"]}, storage={"s3": s3_config(s3_server)}
+    )
+    assert len(await decoded(client, {"audio_path": f"s3://{bucket}/data/a.wav"})) == 1
+    given = f"s3://{bucket}/data/locked.wav"
+    for _ in range(2):
+        response = await client.post("/v1/chat/completions", json=chat_body({"audio_path": given}))
+        error = await gateway_error(response, 403, "metadata.audio_path")
+        assert error["code"] == "audio_path_forbidden"
+        assert given in error["message"] and "AccessDenied" in error["message"]
+        assert "retry" not in error["message"]
+    assert stub.audio_requests == 1

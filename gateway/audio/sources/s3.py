@@ -7,7 +7,7 @@ profiles, SSO). They never come from the gateway's config and never appear in it
 
 Every request is bounded by `timeout_seconds` (a HEAD; a GET until its first chunk, then each
 silence between chunks) and by `max_concurrency` requests in flight; store failures become the
-gateway's 404 / 409 / 502 / 504 here, in one place.
+gateway's 403 (AccessDenied) / 404 / 409 / 502 / 504 here, in one place.
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ from obstore.exceptions import NotFoundError, PreconditionError
 from obstore.store import S3Store
 
 from ...config import S3Config
-from ...errors import AudioFileChanged, AudioNotFound, AudioStorageError, AudioStorageTimeout
+from ...errors import (
+    AudioFileChanged,
+    AudioNotFound,
+    AudioOutsideRoots,
+    AudioStorageError,
+    AudioStorageTimeout,
+)
 from ...metrics import GatewayMetrics
 from ...naming.object_names import ObjectName
 from ...naming.sidechannel import PathAudio
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.sources.s3")  # named before the move: log filters key on it
 
+ACCESS_DENIED = "AccessDenied"  # the store's code for credentials that may not read an object
 _STORE_CODE = re.compile(r"<Code>([A-Za-z0-9.]+)</Code>")
 _HTTP_STATUS = re.compile(r"status code: (\d{3}(?: [A-Za-z ]+)?)")
 
@@ -176,6 +183,14 @@ class S3Client:
             ) from None
         except Exception as exc:
             code = store_error_code(str(exc)) or type(exc).__name__
+            if code == ACCESS_DENIED:  # as EACCES on a file: a lasting 403, not the store failing
+                raise AudioOutsideRoots(
+                    f"{ref.label}: audio object {ref.given!r} ({name.url}) cannot be read: "
+                    f"the object store denied access ({code}): the gateway's credentials may "
+                    "not read it",
+                    param=ref.param,
+                    code="audio_path_forbidden",
+                ) from None
             log.warning("object store %s of %s failed: %s", op.upper(), name.url, code)
             raise AudioStorageError(
                 f"{ref.label}: the object store refused a {op.upper()} of {name.url}: {code}",
