@@ -40,8 +40,8 @@ def describe_roots(audio: AudioConfig) -> str:
     roots = [*audio.effective_roots(), *(prefix.url for prefix in audio.object_roots())]
     if not roots:
         return "no audio roots: every audio path is refused"
-    relative = audio.root or "(none: relative paths are refused)"
-    return f"audio roots {', '.join(roots)}; relative paths under {relative}"
+    relative = f"relative paths under {audio.root}" if audio.root else "no relative paths"
+    return f"audio roots {', '.join(roots)}; {relative}"
 
 
 def root_problem(path: str) -> str | None:
