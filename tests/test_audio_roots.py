@@ -6,6 +6,7 @@ and `check` names the root it resolved against (or, with none, the flag that set
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,13 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.serving.readiness import RESULT_TTL_SECONDS
 from gateway.stub_upstream import StubState
+from gateway.tools.results import RowError
+from gateway.tools.root_hints import with_root_named
 from tests.conftest import GatewayFactory, chat_body
 from tests.test_config import run_cli
 from tests.test_drain import serve
@@ -145,3 +150,22 @@ class TestCheck:
         code, _, err = run_tool("check", str(data), "--config", str(config))
         assert code == START_ERROR_EXIT
         assert f"audio.root: '{tmp_path / 'not-mounted'}' is not a readable directory" in err
+
+
+codes = st.sampled_from(["audio_not_found", "audio_root_unset", "not_audio", "audio_too_large"])
+texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
+
+
+@given(code=codes, path=st.none() | texts, root=st.just("") | texts.map(lambda t: "/r/" + t))
+def test_check_adds_to_a_message_never_changes_it(code: str, path: str | None, root: str) -> None:
+    error = RowError("rows.jsonl", 3, code, "metadata.audio_path", path, "the server's message")
+    named = with_root_named(error, root)
+    assert dataclasses.replace(named, message=error.message) == error
+    assert named.message.startswith(error.message)
+    relative = path is not None and not path.startswith("/")
+    if code == "audio_not_found" and relative and root:
+        assert f"the audio root {root};" in named.message
+    elif code == "audio_root_unset":
+        assert "--audio-root DIR" in named.message
+    else:
+        assert named == error
