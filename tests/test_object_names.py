@@ -29,7 +29,7 @@ keys = st.lists(segment, min_size=1, max_size=5).map("/".join)
 
 
 def ref(given: str) -> PathAudio:
-    return PathAudio(given, "metadata.audio_path", "metadata.audio_path", "audio/wav")
+    return PathAudio(given, "metadata.audio_path", "metadata.audio_path")
 
 
 def policy(*prefixes: str, root: str | None = None) -> ObjectPolicy:
