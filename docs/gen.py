@@ -25,7 +25,7 @@ import sys
 import tempfile
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -70,7 +70,7 @@ def cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -123,7 +123,9 @@ def trailing_comment(line: str) -> str:
     return ""
 
 
-def model_sections(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, type[BaseModel]]]:
+def model_sections(
+    model: type[BaseModel], prefix: str = ""
+) -> Iterator[tuple[str, type[BaseModel]]]:
     """(`section`, model) for every table of the config, nested ones (`storage.s3`) included."""
     for name, field in model.model_fields.items():
         annotation = field.annotation
@@ -197,7 +199,9 @@ def accepted(field: FieldInfo) -> str:
         kind = "string (secret: never logged or shown)"
     elif typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation)
-        secret = typing.get_origin(item) is typing.Annotated and typing.get_args(item)[0] is SecretStr
+        secret = (
+            typing.get_origin(item) is typing.Annotated and typing.get_args(item)[0] is SecretStr
+        )
         kind = "list of strings" + (" (secrets: never logged or shown)" if secret else "")
     elif annotation is str:
         kind = "string"
@@ -352,7 +356,9 @@ async def scrape_gateway(audio_root: str) -> Exposition:
     await stub.start_server()
     try:
         upstream = str(stub.make_url("")).rstrip("/")
-        config = Config.model_validate({"upstream": {"url": upstream}, "audio": {"root": audio_root}})
+        config = Config.model_validate(
+            {"upstream": {"url": upstream}, "audio": {"root": audio_root}}
+        )
         async with TestClient(TestServer(create_app(config))) as client:
             response = await client.get("/gateway/metrics")
             if response.status != 200:
