@@ -188,7 +188,7 @@ def accepted(field: FieldInfo) -> str:
         return " or ".join(toml_value(choice) for choice in typing.get_args(annotation))
     limit = bounds(field)
     if is_size(field):
-        return 'size: bytes, or a string such as "25MiB", "64MB", "1GiB"'
+        return 'size: bytes, or "25MiB", "64MB", "1GiB", ...'
     elif annotation is bool:
         kind = "true or false"
     elif annotation is int:
