@@ -70,7 +70,8 @@ from tests.conftest import GatewayFactory, audio_part, gateway_metrics
 PREFIX = "gateway_"
 EXAMPLE = files("resources_servers.asr_with_pc") / "data" / "example.jsonl"
 
-# The README's two recipes, with Gym's own vllm_model config keys (plus the instance's identity).
+# The Gym guide's two recipes (docs/guides/gym.md), with Gym's own vllm_model config keys (plus
+# the instance's identity).
 SERVER = {"name": "policy_model", "entrypoint": "app.py", "host": "127.0.0.1", "port": 0}
 RL_TRAINING = {
     **SERVER,
@@ -99,11 +100,10 @@ RECIPE_FLAGS = (
 
 
 def readme_recipes() -> list[dict[str, Any]]:
-    """The `vllm_model` blocks of the README's NeMo Gym section, in order."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("\n## NeMo Gym\n", 1)[1].split("\n## ", 1)[0]
+    """The `vllm_model` blocks of the Gym guide (docs/guides/gym.md), in order."""
+    guide = (Path(__file__).parents[1] / "docs" / "guides" / "gym.md").read_text()
     recipes = []
-    for block in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL):
+    for block in re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL):
         config = OmegaConf.to_container(OmegaConf.create(block), resolve=False)
         assert isinstance(config, dict)
         recipes.append(config["policy_model"]["responses_api_models"]["vllm_model"])
@@ -111,7 +111,7 @@ def readme_recipes() -> list[dict[str, Any]]:
 
 
 def test_readme_recipes_are_what_this_suite_runs() -> None:
-    """The README's two recipes use Gym's own config keys, point at the gateway's `/v1` (Gym
+    """The guide's two recipes use Gym's own config keys, point at the gateway's `/v1` (Gym
     derives `/tokenize` from it), and set the flags this suite runs with."""
     evaluation, training = readme_recipes()
     for readme, ours in ((evaluation, EVALUATION), (training, RL_TRAINING)):
