@@ -500,10 +500,10 @@ async def test_gateway_metrics_name_every_required_series(gateway: Client) -> No
     )
     assert response.status == 200
     samples = await gateway_metrics(gateway)
-    assert samples['audio_gateway_added_latency_seconds_count{route="chat"}'] == 1
+    assert samples['audio_gateway_added_latency_seconds_count{route="chat_completions"}'] == 1
     assert samples['audio_gateway_added_latency_seconds_count{route="responses"}'] == 1
-    assert samples['audio_gateway_added_latency_seconds_bucket{le="+Inf",route="chat"}'] == 1
-    assert samples['audio_gateway_added_latency_seconds_sum{route="chat"}'] > 0
+    assert samples['audio_gateway_added_latency_seconds_bucket{le="+Inf",route="chat_completions"}'] == 1
+    assert samples['audio_gateway_added_latency_seconds_sum{route="chat_completions"}'] > 0
 
     missing = await gateway.post(
         "/v1/chat/completions", json=chat_body({"audio_path": "missing.wav"})

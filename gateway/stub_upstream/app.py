@@ -434,19 +434,7 @@ async def hang(request: web.Request) -> web.Response:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--allowed-local-media-path", default=None)
-    parser.add_argument(
-        "--responses-accept-audio",
-        action="store_true",
-        help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
-    )
-    parser.add_argument("--allowed-media-domains", nargs="+", default=None)
-    add_window_arguments(parser)
-    add_mm_cache_arguments(parser)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     app = create_stub_app(
         args.allowed_local_media_path,
         record=False,
@@ -458,9 +446,48 @@ def main(argv: list[str] | None = None) -> None:
         mm_preprocess_delay_seconds=args.mm_preprocess_delay_ms / 1000,
         record_bodies=args.record_bodies,
     )
-    web.run_app(
-        app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None
+    # run_app calls `print` once every site listens: the start-up line says where.
+    listening = (
+        f"stub upstream (vLLM-compatible, no model) listening on http://{args.host}:{args.port}"
     )
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        handler_cancellation=True,
+        print=lambda _: print(listening, flush=True),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.stub_upstream",
+        description="A stub of vLLM's OpenAI-compatible server for tests, the demo and the "
+        "benchmark: it parses and decodes audio as vLLM does, and answers without a model.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument(
+        "--allowed-local-media-path",
+        default=None,
+        help="vLLM's flag: the directory file:// audio URLs may name (none: refused)",
+    )
+    parser.add_argument(
+        "--responses-accept-audio",
+        action="store_true",
+        help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
+    )
+    parser.add_argument(
+        "--allowed-media-domains",
+        nargs="+",
+        default=None,
+        help="vLLM's flag: the hosts http(s) audio URLs may name (none given: any)",
+    )
+    add_window_arguments(parser)
+    add_mm_cache_arguments(parser)
+    return parser
 
 
 if __name__ == "__main__":
