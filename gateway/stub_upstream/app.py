@@ -22,6 +22,7 @@ from .realtime import echo_session, realtime
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 from .tokens import TokenFields, token_fields, tokenize
+from .vllm_metrics import render as render_metrics
 from .window import (
     ANSWER_KEY,
     ModelWindow,
@@ -103,12 +104,22 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
         state.requests.append(
             ReceivedRequest(request.method, request.path_qs, dict(request.headers), body)
         )
+    model_call = request.method == "POST"  # what vLLM's engine would run
+    state.in_flight += model_call
+    status = 500  # what an exception out of the handler becomes
     try:
         response: web.StreamResponse = await handler(request)
+        status = response.status
         return response
     except StubRejection as exc:
         state.rejected += 1
+        status = 400
         return vllm_error(str(exc), kind=exc.kind, param=exc.param)
+    finally:
+        state.in_flight -= model_call
+        handler_path = request.match_info.route.resource
+        name = handler_path.canonical if handler_path is not None else "none"
+        state.http_answers[(name, request.method, f"{status // 100}xx")] += 1
 
 
 def vllm_error(
@@ -390,11 +401,7 @@ async def vllm_health(request: web.Request) -> web.Response:
 
 async def vllm_metrics(request: web.Request) -> web.Response:
     state = request.app[stub_state_key]
-    text = (
-        "# TYPE vllm:request_success_total counter\n"
-        f"vllm:request_success_total {state.request_count}\n"
-    )
-    return web.Response(text=text, content_type="text/plain")
+    return web.Response(text=render_metrics(state, state.http_answers), content_type="text/plain")
 
 
 async def echo(request: web.Request) -> web.Response:
