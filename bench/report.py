@@ -5,6 +5,7 @@ The goals of issue 5 are evaluated here, each as met / not met with the figures 
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -313,11 +314,18 @@ def write_results(results: dict[str, Any], directory: Path, plot: bool = True) -
     return paths
 
 
-if __name__ == "__main__":
-    import sys
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Re-render saved results: each RESULT.json's Markdown and PNG, goals "
+        "evaluated again (the Markdown is also printed).",
+    )
+    parser.add_argument("results", nargs="+", type=Path, metavar="RESULT.json")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    args = parser.parse_args(argv)
+    for path in args.results:
+        print(rerender(path, plot=not args.no_plot)["md"].read_text())
 
-    for name in sys.argv[1:] or ["--help"]:
-        if name.startswith("-"):
-            print("usage: python -m bench.report RESULT.json ...  (re-renders its .md and .png)")
-            break
-        print(rerender(Path(name))["md"].read_text())
+
+if __name__ == "__main__":
+    main()
