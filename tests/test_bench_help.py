@@ -1,6 +1,6 @@
 """Every `python -m bench...` entry point answers `--help` with its usage and exits 0 at once,
-running nothing (no benchmark, no server, no vLLM import). Entry points are found by their `if __name__ == "__main__":` block, so a new one is
-held to this too."""
+running nothing (no benchmark, no server, no vLLM import). Entry points are found by their
+`if __name__ == "__main__":` block, so a new one is held to this too."""
 
 from __future__ import annotations
 
