@@ -1,9 +1,11 @@
 """CPU time and memory of benchmarked processes, read from /proc (Linux only).
 
-CPU is each live thread's on-CPU time in nanoseconds (`/proc/<pid>/task/<tid>/schedstat`, the
-scheduler's sum_exec_runtime), plus whatever the process's utime+stime (`/proc/<pid>/stat`,
-clock ticks: 10 ms) holds beyond its live threads' ticks: the threads that already ended.
-Tick resolution alone would show a few hundred requests' CPU as multiples of 10 ms. A proxy is
+CPU is the sum of each thread's time on the CPU in nanoseconds
+(`/proc/<pid>/task/<tid>/schedstat`: the scheduler's sum_exec_runtime), not utime+stime
+(`/proc/<pid>/stat`), whose clock ticks (10 ms) would show a few hundred requests' CPU as
+multiples of 10 ms. A thread that ends keeps the time it had at its last reading (readings of
+a process never go down); what it ran after that is lost (the processes measured keep their
+worker threads: asyncio's executor and the resolver threads live as long as the process). A proxy is
 its whole process tree (nginx: master + worker). Peak RSS is
 VmHWM, which cannot be reset: a clean peak for one request needs a fresh process.
 """
@@ -18,36 +20,37 @@ KIB = 1024
 MIB = 1024 * 1024
 
 
+# (pid, its start time) -> {tid: ns at its last reading}: ended threads keep their time
+_threads_seen: dict[tuple[int, int], dict[str, int]] = {}
+
+
 def cpu_seconds(pid: int) -> float:
-    """The CPU time of one process (all its threads, ended ones included), 0.0 when it is
-    gone: live threads at nanosecond resolution, ended ones at clock-tick resolution."""
-    total_ticks = _stat_ticks(f"/proc/{pid}/stat")
-    if total_ticks is None:
-        return 0.0
-    live_ns = live_ticks = 0
+    """The CPU time of one process's threads, in seconds at nanosecond resolution; 0.0 when
+    the process is gone."""
+    started = _start_time(pid)
     try:
-        threads = os.listdir(f"/proc/{pid}/task")
+        tids = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
-        return total_ticks / CLOCK_TICKS_PER_SECOND
-    for tid in threads:
+        return 0.0
+    if started is None:
+        return 0.0
+    seen = _threads_seen.setdefault((pid, started), {})
+    for tid in tids:
         ran_ns = _schedstat_ns(f"/proc/{pid}/task/{tid}/schedstat")
-        ticks = _stat_ticks(f"/proc/{pid}/task/{tid}/stat")
-        if ran_ns is None or ticks is None:
-            continue  # ended while we read: the process's ticks hold it
-        live_ns, live_ticks = live_ns + ran_ns, live_ticks + ticks
-    ended_ticks = max(0, total_ticks - live_ticks)
-    return live_ns / 1e9 + ended_ticks / CLOCK_TICKS_PER_SECOND
+        if ran_ns is not None:  # None: it ended while we read
+            seen[tid] = ran_ns
+    return sum(seen.values()) / 1e9
 
 
-def _stat_ticks(path: str) -> int | None:
-    """utime + stime of a /proc stat file (a process's: all its threads), None if gone."""
+def _start_time(pid: int) -> int | None:
+    """When the process started (clock ticks after boot: /proc/<pid>/stat field 22), which
+    tells a reused pid apart; None when it is gone."""
     try:
-        with open(path, "rb") as handle:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
             raw = handle.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = raw[raw.rindex(b")") + 2 :].split()  # the command name may hold spaces
-    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+    return int(raw[raw.rindex(b")") + 2 :].split()[19])  # the command name may hold spaces
 
 
 def _schedstat_ns(path: str) -> int | None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.plot import render_plot
 from bench.repeats_report import repeats_section
 from bench.workloads import ALL_MODES
 
@@ -162,6 +163,13 @@ def objects_section(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _parts(seconds: dict[str, float] | None) -> str:
+    """Where the run's time went, as " (set-up 9 s, a 31 s, ...)"; "" for older results."""
+    if not seconds:
+        return ""
+    return " (" + ", ".join(f"{part} {value:.0f} s" for part, value in seconds.items()) + ")"
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     scenario = results["scenario"]
@@ -171,7 +179,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{machine['cpus']} CPUs ({machine['cpu_model']}), Linux {machine['kernel']}, "
         f"Python {machine['python']}, aiohttp {machine['aiohttp']}, "
         f"nginx {machine['nginx'] or 'absent'}; git `{machine['git']}`; "
-        f"{'quick run, ' if results['quick'] else ''}took {results['duration_seconds']:.0f} s. "
+        f"{'quick run, ' if results['quick'] else ''}took {results['duration_seconds']:.0f} s"
+        f"{_parts(results.get('part_seconds'))}. "
         "Command: `python -m bench " + " ".join(results["argv"]) + "`.",
         "",
         "## Goals (issue 5)",
@@ -238,60 +247,6 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [f"- {p['workload']} {p['mode']} c={p['concurrency']}: {p['errors']} errors, "
                   f"e.g. {p['error_samples'][:1]}" for p in errors]  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-# --- the plot -----------------------------------------------------------------------------
-
-
-def render_plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (throughput, latency, longform) = plt.subplots(1, 3, figsize=(17, 5.2))
-    modes = sorted({p["mode"] for p in results["points"]}, key=_mode_rank)
-    colours = {mode: f"C{index}" for index, mode in enumerate(MODE_ORDER)}
-    for mode in modes:
-        points = sorted(
-            (p for p in results["points"] if p["workload"] == "a" and p["mode"] == mode
-             and p["phase"] == "warm"),
-            key=lambda p: p["concurrency"],
-        )  # fmt: skip
-        if not points:
-            continue
-        xs = [p["concurrency"] for p in points]
-        colour = colours.get(mode, "k")
-        throughput.plot(xs, [p["rps"] for p in points], "o-", label=mode, color=colour)
-        latency.plot(xs, [p["p50_ms"] for p in points], "o-", label=f"{mode} p50", color=colour)
-        latency.plot(xs, [p["p99_ms"] for p in points], "x--", color=colour, alpha=0.6)
-    levels = sorted({p["concurrency"] for p in results["points"] if p["workload"] == "a"})
-    for axis, title, unit in (
-        (throughput, "(a) throughput vs concurrency", "requests/s"),
-        (latency, "(a) latency: p50 (solid), p99 (dashed)", "ms"),
-    ):
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(levels, [str(level) for level in levels])
-        axis.set_xlabel("concurrency")
-        axis.set_ylabel(unit)
-        axis.set_title(title)
-        axis.grid(True, alpha=0.3)
-    latency.set_yscale("log")
-    throughput.legend(fontsize=8)
-    long_points = [p for p in results["points"] if p["workload"] == "b" and p["phase"] == "warm"]
-    long_points.sort(key=lambda p: _mode_rank(p["mode"]))
-    names = [p["mode"] for p in long_points]
-    longform.bar(names, [p["rps"] for p in long_points],
-                 color=[colours.get(n, "k") for n in names])  # fmt: skip
-    concurrency = long_points[0]["concurrency"] if long_points else "?"
-    longform.set_title(f"(b) long-form ~10 MB clips, c={concurrency}")
-    longform.set_ylabel("requests/s")
-    longform.tick_params(axis="x", rotation=30, labelsize=8)
-    longform.grid(True, axis="y", alpha=0.3)
-    figure.suptitle(f"audio-gateway bench: {results['name']} ({results['date']})")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 def rerender(json_path: Path, plot: bool = True) -> dict[str, Path]:
