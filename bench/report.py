@@ -102,6 +102,14 @@ def _fmt(value: Any, spec: str = ".2f", none: str = "-") -> str:
     return format(value, spec)
 
 
+def _spread(rates: list[float]) -> str:
+    """Half the range of a point's per-round req/s, in % of their mean: differences between
+    modes smaller than this are noise ("-" for a point of one round)."""
+    if len(rates) < 2:
+        return "-"
+    return f"{50 * (max(rates) - min(rates)) / (sum(rates) / len(rates)):.0f}%"
+
+
 def _status(met: bool | None) -> str:
     return {True: "met", False: "**not met**", None: "n/a"}[met]
 
@@ -110,6 +118,7 @@ POINT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("mode", lambda p: p["mode"] + (" (cold)" if p["phase"] == "cold" else "")),
     ("c", lambda p: str(p["concurrency"])),
     ("req/s", lambda p: _fmt(p["rps"], ".0f")),
+    ("rounds ±", lambda p: _spread(p.get("round_rps") or [])),
     ("p50 ms", lambda p: _fmt(p["p50_ms"], ".2f")),
     ("p99 ms", lambda p: _fmt(p["p99_ms"], ".2f")),
     ("proxy CPU s/1k req", lambda p: _fmt(p["proxy_cpu_s_per_1k"], ".3f")),
