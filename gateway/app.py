@@ -310,24 +310,24 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     counted by code and logged: serving/refusals.py); it also counts every answer by route and
     status (one middleware, not two: this runs on every request)."""
     route = request.match_info.route.name or "unmatched"
-    metrics = request.app[metrics_key]
-    count = metrics.count_request
+    counters = request.app[metrics_key]
+    count = counters.count_request
     try:
         response = await handler(request)
     except GatewayError as exc:
-        response = _refuse(request, route, metrics, exc)
+        response = _refuse(request, route, counters, exc)
     except web.HTTPRequestEntityTooLarge as exc:
         too_large = PayloadTooLarge(
             f"the request body exceeds server.max_body_bytes ({exc.text})",
             code="request_too_large",
         )
-        response = _refuse(request, route, metrics, too_large)
+        response = _refuse(request, route, counters, too_large)
     except web.HTTPException as exc:
         if exc.status < 400:
             count(route, exc.status)
             raise
         error = InvalidRequest(exc.reason, code=f"http_{exc.status}")
-        response = _refuse(request, route, metrics, error, exc.status)
+        response = _refuse(request, route, counters, error, exc.status)
     except asyncio.CancelledError:
         count(route, CLIENT_CLOSED_REQUEST)
         raise
@@ -341,9 +341,9 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
 def _refuse(
     request: web.Request,
     route: str,
-    metrics: GatewayMetrics,
+    counters: GatewayMetrics,
     error: GatewayError,
     status: int | None = None,
 ) -> web.Response:
-    metrics.count_refusal(route, error.code)
+    counters.count_refusal(route, error.code)
     return refusal_response(request, error, route, status)
