@@ -133,6 +133,14 @@ POINT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 ]  # fmt: skip
 
 
+COLD_NOTE = (
+    "`gateway (cold)` is the gateway's first pass over the workload (every clip a cache miss), "
+    "run once before the rounds, so it has no `rounds ±`. An encode is a small part of what a "
+    "request costs on small clips, so the cold and warm rows may come out in either order from "
+    "one run to the next: what tells them apart is `cache misses`, not req/s."
+)
+
+
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -206,6 +214,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             continue
         lines += ["", f"## Workload ({key}): {workload['title']}", ""]
         lines += workload_table(results, key)
+        if any(p["workload"] == key and p["phase"] == "cold" for p in results["points"]):
+            lines += ["", COLD_NOTE]
     if results["cache_checks"]:
         lines += ["", "## Cache misses (gateway, whole workload incl. its cold pass)", ""]
         lines += _table(

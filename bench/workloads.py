@@ -91,10 +91,10 @@ def standard_scenario(name: str = "standard") -> Scenario:
 
 def quick_scenario(name: str = "quick") -> Scenario:
     """The standard run scaled down, every workload and mode kept. (a) keeps 512 requests a
-    point (256 a round): with fewer, a round's req/s on 2 shared cores swings more than the
-    modes differ, and repeated quick runs disagreed on the order of modes (even cold vs warm
-    gateway). (repeats) counts bytes and decodes, not speed: 16 clips show them as well as 200.
-    Each run's Markdown says how long it took and where the time went."""
+    point (256 a round): at 192 a round's req/s on 2 shared cores swung more than the modes
+    differ. (The cold and warm gateway rows differ by less than that at any size: report.py's
+    COLD_NOTE.) (repeats) counts bytes and decodes, not speed: 16 clips show them as well as
+    200. Each run's Markdown says how long it took and where the time went."""
     return Scenario(
         name,
         True,
