@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="audio-gateway vs direct, nginx and the seed reference: throughput, "
         "latency, CPU and memory, all modes in one run.",
     )
-    parser.add_argument("--quick", action="store_true", help="the under-a-minute variant")
+    parser.add_argument(
+        "--quick", action="store_true", help="every workload and mode, scaled down (minutes)"
+    )
     parser.add_argument("--name", help="results file name part (default: standard or quick)")
     parser.add_argument(
         "--modes", nargs="+", choices=ALL_MODES, metavar="MODE",

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import os
@@ -108,6 +109,19 @@ def measure_encode(path: Path, repeats: int) -> dict[str, Any]:
     return result
 
 
-if __name__ == "__main__":  # used by gateway_encode_seconds: the seconds of each encode
-    for _ in range(int(sys.argv[2])):
-        print(_encode_in_this_process(Path(sys.argv[1])))
+def main(argv: list[str] | None = None) -> None:
+    """The worker `gateway_encode_seconds` starts: the seconds of each encode, a line each."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.encode",
+        description="Encode FILE with the gateway's encode_clip REPEATS times in this process, "
+        "printing each encode's seconds (the worker of `python -m bench --workloads encode`).",
+    )
+    parser.add_argument("file", type=Path, metavar="FILE")
+    parser.add_argument("repeats", type=int, metavar="REPEATS")
+    args = parser.parse_args(argv)
+    for _ in range(args.repeats):
+        print(_encode_in_this_process(args.file))
+
+
+if __name__ == "__main__":
+    main()

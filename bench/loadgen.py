@@ -17,6 +17,7 @@ Protocol: one JSON object per line on stdin, one JSON answer per line on stdout.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import subprocess
@@ -172,7 +173,12 @@ def _loop_factory() -> Any:
     return uvloop.new_event_loop
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(
+        prog="python -m bench.loadgen",
+        description="The benchmark's load generator worker: JSON commands on stdin, one answer "
+        "a line on stdout (started by `python -m bench`; see this module's docstring).",
+    ).parse_args(argv)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         generator = LoadGenerator(runner)
         for line in sys.stdin:

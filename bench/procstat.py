@@ -1,7 +1,12 @@
 """CPU time and memory of benchmarked processes, read from /proc (Linux only).
 
-CPU is utime+stime of every thread (the figures in /proc/<pid>/stat already include all of a
-process's threads); a proxy is its whole process tree (nginx: master + worker). Peak RSS is
+CPU is the sum of each thread's time on the CPU in nanoseconds
+(`/proc/<pid>/task/<tid>/schedstat`: the scheduler's sum_exec_runtime), not utime+stime
+(`/proc/<pid>/stat`), whose clock ticks (10 ms) would show a few hundred requests' CPU as
+multiples of 10 ms. A thread that ends keeps the time it had at its last reading (readings of
+a process never go down); what it ran after that is lost (the processes measured keep their
+worker threads: asyncio's executor and the resolver threads live as long as the process). A proxy is
+its whole process tree (nginx: master + worker). Peak RSS is
 VmHWM, which cannot be reset: a clean peak for one request needs a fresh process.
 """
 
@@ -15,16 +20,46 @@ KIB = 1024
 MIB = 1024 * 1024
 
 
+# (pid, its start time) -> {tid: ns at its last reading}: ended threads keep their time
+_threads_seen: dict[tuple[int, int], dict[str, int]] = {}
+
+
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), 0.0 when it is gone."""
+    """The CPU time of one process's threads, in seconds at nanosecond resolution; 0.0 when
+    the process is gone."""
+    started = _start_time(pid)
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    if started is None:
+        return 0.0
+    seen = _threads_seen.setdefault((pid, started), {})
+    for tid in tids:
+        ran_ns = _schedstat_ns(f"/proc/{pid}/task/{tid}/schedstat")
+        if ran_ns is not None:  # None: it ended while we read
+            seen[tid] = ran_ns
+    return sum(seen.values()) / 1e9
+
+
+def _start_time(pid: int) -> int | None:
+    """When the process started (clock ticks after boot: /proc/<pid>/stat field 22), which
+    tells a reused pid apart; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             raw = handle.read()
     except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    fields = raw[raw.rindex(b")") + 2 :].split()  # the command name may hold spaces
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-    return (utime + stime) / CLOCK_TICKS_PER_SECOND
+        return None
+    return int(raw[raw.rindex(b")") + 2 :].split()[19])  # the command name may hold spaces
+
+
+def _schedstat_ns(path: str) -> int | None:
+    """A thread's time on the CPU in ns (the first field of its schedstat), None if gone."""
+    try:
+        with open(path, "rb") as handle:
+            return int(handle.read().split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 def total_cpu_seconds(pids: Iterable[int]) -> float:

@@ -5,11 +5,13 @@ The goals of issue 5 are evaluated here, each as met / not met with the figures 
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.plot import render_plot
 from bench.repeats_report import repeats_section
 from bench.workloads import ALL_MODES
 
@@ -100,6 +102,14 @@ def _fmt(value: Any, spec: str = ".2f", none: str = "-") -> str:
     return format(value, spec)
 
 
+def _spread(rates: list[float]) -> str:
+    """Half the range of a point's per-round req/s, in % of their mean: differences between
+    modes smaller than this are noise ("-" for a point of one round)."""
+    if len(rates) < 2:
+        return "-"
+    return f"{50 * (max(rates) - min(rates)) / (sum(rates) / len(rates)):.0f}%"
+
+
 def _status(met: bool | None) -> str:
     return {True: "met", False: "**not met**", None: "n/a"}[met]
 
@@ -108,6 +118,7 @@ POINT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("mode", lambda p: p["mode"] + (" (cold)" if p["phase"] == "cold" else "")),
     ("c", lambda p: str(p["concurrency"])),
     ("req/s", lambda p: _fmt(p["rps"], ".0f")),
+    ("rounds ±", lambda p: _spread(p.get("round_rps") or [])),
     ("p50 ms", lambda p: _fmt(p["p50_ms"], ".2f")),
     ("p99 ms", lambda p: _fmt(p["p99_ms"], ".2f")),
     ("proxy CPU s/1k req", lambda p: _fmt(p["proxy_cpu_s_per_1k"], ".3f")),
@@ -120,6 +131,14 @@ POINT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("errors", lambda p: str(p["errors"])),
     ("cache misses", lambda p: _fmt(p["cache_misses"], "d")),
 ]  # fmt: skip
+
+
+COLD_NOTE = (
+    "`gateway (cold)` is the gateway's first pass over the workload (every clip a cache miss), "
+    "run once before the rounds, so it has no `rounds ±`. An encode is a small part of what a "
+    "request costs on small clips, so the cold and warm rows may come out in either order from "
+    "one run to the next: what tells them apart is `cache misses`, not req/s."
+)
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -161,6 +180,13 @@ def objects_section(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _parts(seconds: dict[str, float] | None) -> str:
+    """Where the run's time went, as " (set-up 9 s, a 31 s, ...)"; "" for older results."""
+    if not seconds:
+        return ""
+    return " (" + ", ".join(f"{part} {value:.0f} s" for part, value in seconds.items()) + ")"
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     scenario = results["scenario"]
@@ -170,7 +196,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{machine['cpus']} CPUs ({machine['cpu_model']}), Linux {machine['kernel']}, "
         f"Python {machine['python']}, aiohttp {machine['aiohttp']}, "
         f"nginx {machine['nginx'] or 'absent'}; git `{machine['git']}`; "
-        f"{'quick run, ' if results['quick'] else ''}took {results['duration_seconds']:.0f} s. "
+        f"{'quick run, ' if results['quick'] else ''}took {results['duration_seconds']:.0f} s"
+        f"{_parts(results.get('part_seconds'))}. "
         "Command: `python -m bench " + " ".join(results["argv"]) + "`.",
         "",
         "## Goals (issue 5)",
@@ -187,6 +214,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             continue
         lines += ["", f"## Workload ({key}): {workload['title']}", ""]
         lines += workload_table(results, key)
+        if any(p["workload"] == key and p["phase"] == "cold" for p in results["points"]):
+            lines += ["", COLD_NOTE]
     if results["cache_checks"]:
         lines += ["", "## Cache misses (gateway, whole workload incl. its cold pass)", ""]
         lines += _table(
@@ -239,60 +268,6 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- the plot -----------------------------------------------------------------------------
-
-
-def render_plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (throughput, latency, longform) = plt.subplots(1, 3, figsize=(17, 5.2))
-    modes = sorted({p["mode"] for p in results["points"]}, key=_mode_rank)
-    colours = {mode: f"C{index}" for index, mode in enumerate(MODE_ORDER)}
-    for mode in modes:
-        points = sorted(
-            (p for p in results["points"] if p["workload"] == "a" and p["mode"] == mode
-             and p["phase"] == "warm"),
-            key=lambda p: p["concurrency"],
-        )  # fmt: skip
-        if not points:
-            continue
-        xs = [p["concurrency"] for p in points]
-        colour = colours.get(mode, "k")
-        throughput.plot(xs, [p["rps"] for p in points], "o-", label=mode, color=colour)
-        latency.plot(xs, [p["p50_ms"] for p in points], "o-", label=f"{mode} p50", color=colour)
-        latency.plot(xs, [p["p99_ms"] for p in points], "x--", color=colour, alpha=0.6)
-    levels = sorted({p["concurrency"] for p in results["points"] if p["workload"] == "a"})
-    for axis, title, unit in (
-        (throughput, "(a) throughput vs concurrency", "requests/s"),
-        (latency, "(a) latency: p50 (solid), p99 (dashed)", "ms"),
-    ):
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(levels, [str(level) for level in levels])
-        axis.set_xlabel("concurrency")
-        axis.set_ylabel(unit)
-        axis.set_title(title)
-        axis.grid(True, alpha=0.3)
-    latency.set_yscale("log")
-    throughput.legend(fontsize=8)
-    long_points = [p for p in results["points"] if p["workload"] == "b" and p["phase"] == "warm"]
-    long_points.sort(key=lambda p: _mode_rank(p["mode"]))
-    names = [p["mode"] for p in long_points]
-    longform.bar(names, [p["rps"] for p in long_points],
-                 color=[colours.get(n, "k") for n in names])  # fmt: skip
-    concurrency = long_points[0]["concurrency"] if long_points else "?"
-    longform.set_title(f"(b) long-form ~10 MB clips, c={concurrency}")
-    longform.set_ylabel("requests/s")
-    longform.tick_params(axis="x", rotation=30, labelsize=8)
-    longform.grid(True, axis="y", alpha=0.3)
-    figure.suptitle(f"audio-gateway bench: {results['name']} ({results['date']})")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
 def rerender(json_path: Path, plot: bool = True) -> dict[str, Path]:
     """Rewrite the Markdown (and PNG) of a saved result, goals re-evaluated."""
     results = json.loads(json_path.read_text())
@@ -313,11 +288,18 @@ def write_results(results: dict[str, Any], directory: Path, plot: bool = True) -
     return paths
 
 
-if __name__ == "__main__":
-    import sys
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Re-render saved results: each RESULT.json's Markdown and PNG, goals "
+        "evaluated again (the Markdown is also printed).",
+    )
+    parser.add_argument("results", nargs="+", type=Path, metavar="RESULT.json")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    args = parser.parse_args(argv)
+    for path in args.results:
+        print(rerender(path, plot=not args.no_plot)["md"].read_text())
 
-    for name in sys.argv[1:] or ["--help"]:
-        if name.startswith("-"):
-            print("usage: python -m bench.report RESULT.json ...  (re-renders its .md and .png)")
-            break
-        print(rerender(Path(name))["md"].read_text())
+
+if __name__ == "__main__":
+    main()

@@ -328,7 +328,7 @@ def running_bench(scenario: Scenario, progress: bool) -> Iterator[Bench]:
 
 def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
     """Run every phase of `scenario` and return the results (see report.py for the files)."""
-    started = time.time()
+    started, started_clock = time.time(), time.perf_counter()
     with running_bench(scenario, progress) as bench:
         clipsets = []
         for workload in scenario.workloads:
@@ -341,24 +341,30 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         bench.step("clips ready")
         bench.start()
         bench.step("servers up")
+        seconds = {"set-up": time.perf_counter() - started_clock}
         points, checks, objects, repeats = [], [], [], []
         for clipset in clipsets:
+            began = time.perf_counter()
             if clipset.workload.key == OBJECT_WORKLOAD_KEY:
                 objects += run_objects(bench, clipset)
-                continue
-            if clipset.workload.key == REPEATS_WORKLOAD_KEY:
+            elif clipset.workload.key == REPEATS_WORKLOAD_KEY:
                 repeats += run_repeats(bench, clipset)
-                continue
-            workload_points, check = run_workload(bench, clipset)
-            points += workload_points
-            checks.append(check)
+            else:
+                workload_points, check = run_workload(bench, clipset)
+                points += workload_points
+                checks.append(check)
+            seconds[clipset.workload.key] = time.perf_counter() - began
+        began = time.perf_counter()
         huge = run_huge_clips(bench, warm)
+        seconds["c"] = time.perf_counter() - began
         encode = None
         if scenario.encode_file_bytes:
+            began = time.perf_counter()
             encode_path = bench.workdir / "encode.wav"
             write_random_wav(encode_path, scenario.encode_file_bytes, "encode")
             encode = measure_encode(encode_path, scenario.encode_repeats)
             bench.step("cold encode")
+            seconds["encode"] = time.perf_counter() - began
         info = machine_info(bench)
         notes = bench.notes
         ran_modes = bench.modes
@@ -367,6 +373,8 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "started_at": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
         "duration_seconds": round(time.time() - started, 1),
+        # wall seconds of each part (set-up: clip files and servers; c: the huge clip)
+        "part_seconds": {part: round(value, 1) for part, value in seconds.items()},
         "quick": scenario.quick,
         "argv": sys.argv[1:],
         "machine": info,

@@ -113,7 +113,9 @@ def seed(endpoint: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.s3_libraries", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--moto-python", default=sys.executable, help="runs moto.server")
     args = parser.parse_args()
     os.environ.update(CREDENTIALS)

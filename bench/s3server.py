@@ -6,6 +6,7 @@ the GETs arrive, not inferred from the gateway's own metrics.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ class LocalS3:
     """moto's ThreadedMotoServer on a free 127.0.0.1 port, counting; `stop()` ends it."""
 
     def __init__(self) -> None:
+        # werkzeug (moto's server) logs every request at INFO to stderr through a handler of
+        # its own, whatever `verbose` says: one line per GET floods the bench's output.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         self.log = RequestLog()

@@ -109,7 +109,10 @@ async def chat_completions(request: web.Request) -> web.Response:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="The naive per-request baseline (bench only).")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.seed_reference",
+        description="The naive per-request baseline (bench only).",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)

@@ -7,6 +7,7 @@ event loop or a thread hop away), and the size of a base64 entry against a raw o
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
@@ -19,7 +20,11 @@ SIZES_MIB = (1, 10, 25)  # 25 MiB: audio.max_file_bytes, vLLM's own limit
 RUNS = 20
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(
+        prog="python -m bench.speech_cache",
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+    ).parse_args(argv)
     print("| clip | decode per hit, best / median | decode rate | base64 entry | raw entry |")
     print("| --- | --- | --- | --- | --- |")
     for size_mib in SIZES_MIB:

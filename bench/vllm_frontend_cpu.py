@@ -55,6 +55,38 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.vllm_frontend_cpu", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("bodies", type=Path, help="JSONL: one chat-completions body a line")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="OUT",
+        help="the whole report, per body included: on stdout, or written to OUT",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per body, the median counts (default 3)"
+    )
+    parser.add_argument(
+        "--allowed-local-media-path", default=None, help="vLLM's flag, for file:// parts"
+    )
+    parser.add_argument(
+        "--audio-backend",
+        default="soundfile",
+        choices=["soundfile", "pyav", "torchcodec", "auto"],
+        help="vLLM's audio decoder (default soundfile; vLLM's own default is auto)",
+    )
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad flags answer before vLLM loads (or is missing)
+    build_parser().parse_args()
+
 with warnings.catch_warnings():  # vLLM's imports warn about the torch build
     warnings.simplefilter("ignore")
     from vllm.config.multimodal import MultiModalConfig
@@ -236,29 +268,7 @@ def read_bodies(path: Path) -> list[bytes]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bodies", type=Path, help="JSONL: one chat-completions body a line")
-    parser.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        default=None,
-        metavar="OUT",
-        help="the whole report, per body included: on stdout, or written to OUT",
-    )
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="runs per body, the median counts (default 3)"
-    )
-    parser.add_argument(
-        "--allowed-local-media-path", default=None, help="vLLM's flag, for file:// parts"
-    )
-    parser.add_argument(
-        "--audio-backend",
-        default="soundfile",
-        choices=["soundfile", "pyav", "torchcodec", "auto"],
-        help="vLLM's audio decoder (default soundfile; vLLM's own default is auto)",
-    )
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     report = asyncio.run(
         measure(
             read_bodies(args.bodies),

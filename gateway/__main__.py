@@ -15,7 +15,7 @@ from .app import create_app
 from .audio.roots import describe_roots
 from .config import Config, ConfigError, describe_validation_error, load_config
 from .lifecycle import serve_app
-from .serving.logs import configure_logging
+from .serving.logs import add_log_level_option, configure_logging
 from .serving.tuning import reexec_with_malloc_tuning, tune_garbage_collector
 from .tools.cli import COMMANDS as TOOL_COMMANDS
 from .tools.cli import add_commands as add_tool_commands
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept this key on /v1 (repeatable; adds to [server] api_keys and "
         "AUDIO_GATEWAY_API_KEYS, which keeps it out of the process list)",
     )
-    serve.add_argument("--log-level", default="INFO")
+    add_log_level_option(serve, "INFO")
     serve.add_argument("--log-format", choices=LOG_FORMATS, help="override [server] log_format")
 
     demo = commands.add_parser(
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--keep-running", action="store_true", help="leave both servers up for trying curl by hand"
     )
-    demo.add_argument("--log-level", default="WARNING")
+    add_log_level_option(demo, "WARNING")
     demo.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     add_tool_commands(commands)
     return parser

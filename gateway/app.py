@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -42,6 +41,7 @@ from .references.relay import ReferenceRelay
 from .serving.access_log import answer_with_request_id, assign_request_ids
 from .serving.drain import InFlight
 from .serving.readiness import Readiness
+from .serving.refusals import refusal_response
 from .speech import SpeechUploads
 from .upstream.body import SegmentedPayload
 from .upstream.content_coding import read_decoded_body
@@ -54,8 +54,6 @@ from .upstream.relay import (
     upstream_target,
 )
 from .upstream.websocket import WebSocketRelay, WebSocketUpgrades
-
-log = logging.getLogger(__name__)
 
 config_key = web.AppKey("config_key", Config)
 metrics_key = web.AppKey("metrics_key", GatewayMetrics)
@@ -108,11 +106,12 @@ def create_app(config: Config) -> web.Application:
     app.router.add_get("/gateway/health", health, name="gateway_health")
     app.router.add_get("/gateway/ready", ready, name="gateway_ready")
     app.router.add_get("/gateway/metrics", metrics, name="gateway_metrics")
-    app.router.add_post("/v1/chat/completions", rewriting(chat_shape), name="chat_completions")
+    chat = rewriting(chat_shape, "chat_completions")
+    app.router.add_post("/v1/chat/completions", chat, name="chat_completions")
     if config.responses.audio == "chat_bridge":
-        responses = bridging(dataclasses.replace(chat_shape, name="responses"))
+        responses = bridging(dataclasses.replace(chat_shape, name="responses"), "responses")
     else:
-        responses = rewriting(RESPONSES)
+        responses = rewriting(RESPONSES, "responses")
     app.router.add_post("/v1/responses", responses, name="responses")
     app.router.add_post("/v1/audio/transcriptions", speech, name="transcriptions")
     app.router.add_post("/v1/audio/translations", speech, name="translations")
@@ -159,14 +158,15 @@ async def websocket_relay(app: web.Application) -> AsyncIterator[None]:
     await app[websocket_relay_key].close()
 
 
-def rewriting(shape: RouteShape) -> Handler:
-    """The handler of a route whose body may carry the audio sidechannel."""
+def rewriting(shape: RouteShape, route: str) -> Handler:
+    """The handler of a route whose body may carry the audio sidechannel; `route` is its name
+    in the router, its `route` label in the metrics."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         payload = await request.app[pipeline_key].rewrite(raw, shape, split=True)
-        request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
+        request.app[metrics_key].observe_added_latency(route, time.perf_counter() - started)
         if isinstance(payload, ChunkedRequest):
             return await fan_out(request, payload)
         headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
@@ -182,7 +182,7 @@ def rewriting(shape: RouteShape) -> Handler:
     return handle
 
 
-def bridging(shape: RouteShape) -> Handler:
+def bridging(shape: RouteShape, route: str) -> Handler:
     """/v1/responses in chat_bridge mode: a row with the sidechannel goes to the upstream's
     chat completions (spliced as `shape` says); any other body goes on untouched."""
 
@@ -195,7 +195,7 @@ def bridging(shape: RouteShape) -> Handler:
         payload: bytes | SegmentedPayload | ChunkedRequest | ReferencedBody = raw
         if bridged is not None:
             payload = await pipeline.rewrite(raw, shape, body=bridged.chat, split=True)
-        request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
+        request.app[metrics_key].observe_added_latency(route, time.perf_counter() - started)
         if bridged is not None and isinstance(payload, ChunkedRequest):
             return await fan_out(request, payload, bridged)
         if bridged is not None and isinstance(payload, ReferencedBody):
@@ -242,7 +242,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     if outgoing is None:
         return await passthrough(request)
     if outgoing.rewritten:
-        route = request.match_info.route.name or "speech"
+        route = request.match_info.route.name or "unmatched"
         request.app[metrics_key].observe_added_latency(route, time.perf_counter() - started)
     try:
         return await _relay(
@@ -308,28 +308,28 @@ async def metrics(request: web.Request) -> web.Response:
 
 @web.middleware
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The one place where gateway errors become OpenAI-style JSON responses; it also counts
-    every answer by route and status (one middleware, not two: this runs on every request)."""
+    """The one place where gateway errors become OpenAI-style JSON responses (each one
+    counted by code and logged: serving/refusals.py); it also counts every answer by route and
+    status (one middleware, not two: this runs on every request)."""
     route = request.match_info.route.name or "unmatched"
-    count = request.app[metrics_key].count_request
+    counters = request.app[metrics_key]
+    count = counters.count_request
     try:
         response = await handler(request)
     except GatewayError as exc:
-        response = _error_response(exc)
+        response = _refuse(request, route, counters, exc)
     except web.HTTPRequestEntityTooLarge as exc:
-        response = _error_response(
-            PayloadTooLarge(
-                f"the request body exceeds server.max_body_bytes ({exc.text})",
-                code="request_too_large",
-            )
+        too_large = PayloadTooLarge(
+            f"the request body exceeds server.max_body_bytes ({exc.text})",
+            code="request_too_large",
         )
+        response = _refuse(request, route, counters, too_large)
     except web.HTTPException as exc:
         if exc.status < 400:
             count(route, exc.status)
             raise
-        response = _error_response(
-            InvalidRequest(exc.reason, code=f"http_{exc.status}"), exc.status
-        )
+        error = InvalidRequest(exc.reason, code=f"http_{exc.status}")
+        response = _refuse(request, route, counters, error, exc.status)
     except asyncio.CancelledError:
         count(route, CLIENT_CLOSED_REQUEST)
         raise
@@ -340,9 +340,12 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     return response
 
 
-def _error_response(error: GatewayError, status: int | None = None) -> web.Response:
-    if error.status >= 500:
-        log.warning("%s: %s", error.code, error.message)
-    return web.json_response(
-        error.to_json(), status=status or error.status, headers=error.response_headers or None
-    )
+def _refuse(
+    request: web.Request,
+    route: str,
+    counters: GatewayMetrics,
+    error: GatewayError,
+    status: int | None = None,
+) -> web.Response:
+    counters.count_refusal(route, error.code)
+    return refusal_response(request, error, route, status)

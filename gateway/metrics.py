@@ -1,6 +1,9 @@
 """Prometheus metrics of the gateway itself, served at /gateway/metrics.
 
 Each app has its own registry, so several gateways (tests, bench) can live in one process.
+A `route` label always holds the route's name in the router (`chat_completions`, `responses`,
+`transcriptions`, `translations`, `websocket`, `passthrough`, `gateway_metrics`, ...), the same
+name the access log and the refusal log show.
 """
 
 from __future__ import annotations
@@ -118,6 +121,20 @@ class GatewayMetrics:
             registry=registry,
         )
 
+        self.refusals = Counter(
+            "audio_gateway_refusals",
+            "Error answers the gateway made itself (not relayed upstream answers), by route and "
+            "the OpenAI error code the client got.",
+            ["route", "code"],
+            registry=registry,
+        )
+        self.clips_over_window = Counter(
+            "audio_gateway_clips_over_window",
+            "Clips sent whole although longer than [chunking] threshold_seconds (the model's "
+            "window) while [chunking] enabled = false; one per clip per request.",
+            registry=registry,
+        )
+
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}
 
@@ -128,6 +145,9 @@ class GatewayMetrics:
         if counter is None:
             counter = self._request_counters[key] = self.requests.labels(route, str(status))
         counter.inc()
+
+    def count_refusal(self, route: str, code: str) -> None:
+        self.refusals.labels(route, code).inc()
 
     def observe_added_latency(self, route: str, seconds: float) -> None:
         histogram = self._latency_histograms.get(route)

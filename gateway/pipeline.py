@@ -48,6 +48,7 @@ from .naming.sidechannel import (
     SidechannelKeys,
     strip_sidechannel,
 )
+from .over_window import OverWindowWatch
 from .references.body import ReferencedBody
 from .splice import Part, splice_chat, splice_responses
 from .upstream.body import Placeholders, SegmentedPayload
@@ -117,13 +118,22 @@ async def build_pipeline(
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
     keys = SidechannelKeys(config.sidechannel.key_prefix)
-    chunker = None
+    chunker = over_window = None
     if config.chunking.enabled:
         from .chunking import Chunker
 
         chunker = Chunker(config.chunking, store, config.audio)
+    else:
+        over_window = OverWindowWatch(config.chunking.threshold_seconds, metrics)
     return RewritePipeline(
-        config.splice, config.audio, policy, store, objects, keys, chunker=chunker
+        config.splice,
+        config.audio,
+        policy,
+        store,
+        objects,
+        keys,
+        chunker=chunker,
+        over_window=over_window,
     )
 
 
@@ -137,6 +147,7 @@ class RewritePipeline:
         objects: ObjectSources | None = None,
         keys: SidechannelKeys = DEFAULT_KEYS,
         chunker: Chunker | None = None,
+        over_window: OverWindowWatch | None = None,
     ):
         self.config = config
         self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
@@ -150,6 +161,7 @@ class RewritePipeline:
         self.file_urls = config.mode == "file_url"
         self.presigned = config.remote == "presigned_url"
         self.chunker = chunker  # None unless [chunking] is enabled
+        self.over_window = over_window  # with [chunking] off: long clips sent whole, told
         self._legacy_key_logged = False
 
     def close(self) -> None:
@@ -183,7 +195,8 @@ class RewritePipeline:
         Responses bridge's chat body is); the pipeline then modifies that dict in place.
 
         With `split` (the server's routes), a row whose one clip is longer than the chunker's
-        threshold becomes a `ChunkedRequest`: one body per piece, for the fan-out."""
+        threshold becomes a `ChunkedRequest`: one body per piece, for the fan-out; with
+        `[chunking]` off, clips past that threshold are counted and logged (over_window.py)."""
         if body is None:
             body = parse_json_object(raw)
         sidechannel = self.keys.read(body, self.max_clips, self.max_clip_bytes)
@@ -201,6 +214,8 @@ class RewritePipeline:
                 if chunked is not None:
                     await close_streams(clips)  # the pieces are what goes upstream
                     return chunked
+            if split and self.over_window is not None:
+                self.over_window.see(clips)
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             shape.splice(body, parts)

@@ -7,6 +7,8 @@ what is counted (GETs per clip at the S3 server, every answer 200), never a timi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,3 +44,26 @@ def test_object_workload_counts_gets_per_clip(tmp_path: Path) -> None:
         assert row["errors"] == 0 and row["requests"] == 12, row["error_samples"]
         assert row["checked"] == 12 and row["mismatched"] == 0
     assert "## Workload (s3)" in paths["md"].read_text()
+
+
+def test_the_s3_server_answers_without_a_line_on_stderr() -> None:
+    """moto's werkzeug server would log every request it answers to stderr."""
+    script = (
+        "import urllib.request\n"
+        "from bench.s3server import LocalS3\n"
+        "server = LocalS3()\n"
+        "for _ in range(3):\n"
+        "    urllib.request.urlopen(server.endpoint + '/', timeout=30).read()\n"
+        "assert server.log.count('GET') == 3\n"
+        "server.stop()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

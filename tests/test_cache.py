@@ -35,6 +35,7 @@ from tests.conftest import (
     chat_body,
     forwarded_json,
     gateway_metrics,
+    parse_metrics,
     sha256_of,
 )
 
@@ -500,10 +501,13 @@ async def test_gateway_metrics_name_every_required_series(gateway: Client) -> No
     )
     assert response.status == 200
     samples = await gateway_metrics(gateway)
-    assert samples['audio_gateway_added_latency_seconds_count{route="chat"}'] == 1
+    assert samples['audio_gateway_added_latency_seconds_count{route="chat_completions"}'] == 1
     assert samples['audio_gateway_added_latency_seconds_count{route="responses"}'] == 1
-    assert samples['audio_gateway_added_latency_seconds_bucket{le="+Inf",route="chat"}'] == 1
-    assert samples['audio_gateway_added_latency_seconds_sum{route="chat"}'] > 0
+    assert (
+        samples['audio_gateway_added_latency_seconds_bucket{le="+Inf",route="chat_completions"}']
+        == 1
+    )
+    assert samples['audio_gateway_added_latency_seconds_sum{route="chat_completions"}'] > 0
 
     missing = await gateway.post(
         "/v1/chat/completions", json=chat_body({"audio_path": "missing.wav"})
@@ -535,5 +539,7 @@ async def test_vllm_metrics_and_health_pass_through(gateway: Client, stub: StubS
     assert health.status == 200
     metrics = await gateway.get("/metrics")
     assert metrics.status == 200
-    assert "vllm:request_success_total 2" in await metrics.text()
+    labels = 'engine="0",finished_reason="stop",model_name="stub-audio-model"'
+    success = f"vllm:request_success_total{{{labels}}}"
+    assert parse_metrics(await metrics.text())[success] == 2
     assert [request.path for request in stub.requests] == ["/health", "/metrics"]

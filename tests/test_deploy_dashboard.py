@@ -1,6 +1,8 @@
 """deploy/grafana/audio-gateway.json: a well-formed dashboard whose every query names metrics
-(and grouping labels) that a running gateway exposes, after one request of each route against
-the stub upstream and a local S3 server, read from its /gateway/metrics over HTTP."""
+(and grouping labels) that a running gateway exposes, after one request of each route (and a
+refusal) against the stub upstream and a local S3 server, read from its /gateway/metrics over
+HTTP, or that vLLM exposes (the stub, in vLLM's names) at /metrics through the gateway, as the
+PodMonitor scrapes it: without a key, also when the gateway requires API keys."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ Client = TestClient[web.Request, web.Application]
 DASHBOARD = DEPLOY / "grafana" / "audio-gateway.json"
 MODEL = "stub-audio-model"
 METRIC = re.compile(r"\baudio_gateway_[a-z0-9_]+\b")
+VLLM_METRIC = re.compile(r"\bvllm:[a-z0-9_:]+|\bhttp_requests_total\b")
+VLLM_METRICS_PATH = "/metrics"  # the PodMonitor's second endpoint (test_deploy_kubernetes.py)
 GROUPING = re.compile(r"\bby \(([^)]*)\)")
 MATCHER = re.compile(r"([a-z_]+)\s*(?:=~|!~|!=|=)\s*\"")
 # Target labels the Prometheus operator puts on every scraped series of a PodMonitor.
@@ -75,6 +79,14 @@ def test_it_shows_what_an_operator_needs(dashboard: dict[str, Any]) -> None:
     assert some(r'audio_gateway_requests_total\{[^}]*status=~"502\|504"')  # upstream errors
     assert some(r'audio_gateway_storage_requests_total\{[^}]*outcome!="ok"')
     assert some(r"audio_gateway_websocket_sessions")
+    assert some(r"by \(route, code\) \(rate\(audio_gateway_refusals_total")
+    assert some(r"audio_gateway_clips_over_window_total")
+    # vLLM's own, scraped through the gateway: its queue, multimodal cache and errors.
+    assert some(r"vllm:num_requests_waiting")
+    assert some(r"vllm:num_requests_running")
+    assert some(r"vllm:mm_cache_hits_total.*/.*vllm:mm_cache_queries_total")
+    assert some(r'http_requests_total\{[^}]*container="vllm"[^}]*status=~"4xx\|5xx"')
+    assert some(r'vllm:request_success_total\{[^}]*finished_reason=~"abort\|error"')
 
 
 # --- against a running gateway ----------------------------------------------------------------
@@ -100,15 +112,31 @@ async def exposed_after_one_request_per_route(
     ]
     for response in sent:
         assert response.status == 200, await response.text()
+    refused = await client.post("/v1/chat/completions", json=chat_body({"audio_path": "no.wav"}))
+    assert refused.status == 404
     async with client.ws_connect("/v1/realtime") as ws:
         assert (await ws.receive_json(timeout=10))["type"] == "session.created"
-    response = await client.get("/gateway/metrics")
-    assert response.status == 200
+    return await exposed(client, "/gateway/metrics")
+
+
+async def exposed(client: Client, path: str, **headers: str) -> dict[str, set[str]]:
+    """{sample name: its label names} of the Prometheus text at `path`."""
+    response = await client.get(path, headers=headers)
+    assert response.status == 200, await response.text()
     samples: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(await response.text()):
         for sample in family.samples:
             samples.setdefault(sample.name, set()).update(sample.labels)
     return samples
+
+
+def assert_exposed(expr: str, names: set[str], exposed: dict[str, set[str]]) -> None:
+    for name in names:
+        assert name in exposed, f"{name} (in {expr}) is not exposed"
+    labels = {label.strip() for group in GROUPING.findall(expr) for label in group.split(",")}
+    labels |= set(MATCHER.findall(expr))
+    for label in labels - SCRAPE_LABELS - {"le"}:
+        assert all(label in exposed[name] for name in names), f"{label} in {expr}"
 
 
 @pytest.mark.usefixtures("aws_environment")
@@ -120,13 +148,28 @@ async def test_every_queried_metric_and_label_is_exposed(
         audio={"allowed_roots": [str(audio_dir), f"s3://{bucket}/data/"]},
         storage={"s3": s3_config(s3_server)},
     )
-    exposed = await exposed_after_one_request_per_route(client, s3_server, bucket, audio_dir)
+    gateway = await exposed_after_one_request_per_route(client, s3_server, bucket, audio_dir)
+    vllm = await exposed(client, VLLM_METRICS_PATH)
     for expr in queries(dashboard):
-        names = set(METRIC.findall(expr))
-        assert names, f"no gateway metric in {expr}"
-        for name in names:
-            assert name in exposed, f"{name} (in {expr}) is not exposed"
-        labels = {label.strip() for group in GROUPING.findall(expr) for label in group.split(",")}
-        labels |= set(MATCHER.findall(expr))
-        for label in labels - SCRAPE_LABELS - {"le"}:
-            assert all(label in exposed[name] for name in names), f"{label} in {expr}"
+        ours, theirs = set(METRIC.findall(expr)), set(VLLM_METRIC.findall(expr))
+        assert ours or theirs, f"no gateway or vLLM metric in {expr}"
+        assert not (ours and theirs), f"one query, one process: {expr}"
+        if ours:
+            assert_exposed(expr, ours, gateway)
+        else:
+            assert 'container="vllm"' in expr, expr  # vLLM's series, as the PodMonitor labels them
+            assert_exposed(expr, theirs, vllm)
+
+
+async def test_vllm_metrics_need_no_key_through_a_keyed_gateway(
+    make_gateway: GatewayFactory,
+) -> None:
+    client = await make_gateway(server={"api_keys": ["sk-dashboard-test"]})
+    chat = chat_body({"audio_path": "a.wav"})
+    keyed = {"Authorization": "Bearer sk-dashboard-test"}
+    assert (await client.post("/v1/chat/completions", json=chat, headers=keyed)).status == 200
+    assert (await client.post("/v1/chat/completions", json=chat)).status == 401  # /v1: keyed
+    vllm = await exposed(client, VLLM_METRICS_PATH)  # no key, as the PodMonitor scrapes it
+    assert {"vllm:num_requests_waiting", "vllm:mm_cache_queries_total"} <= set(vllm)
+    assert "http_requests_total" in vllm
+    assert "audio_gateway_requests_total" in await exposed(client, "/gateway/metrics")

@@ -17,6 +17,7 @@ from kubernetes_validate import validate
 
 from gateway.__main__ import build_parser, serve_config
 from gateway.app import create_app
+from gateway.auth import is_protected
 from gateway.config import Config, validate_config
 from gateway.origin import parse_origin
 from tests.deploy_helpers import (
@@ -35,6 +36,7 @@ GATEWAY_EXIT_SECONDS = 4  # after drain + shutdown timeout, the cut and the exit
 LIVENESS_ROUTE = "/gateway/health"
 READINESS_ROUTE = "/gateway/ready"
 METRICS_ROUTE = "/gateway/metrics"
+VLLM_METRICS_PATH = "/metrics"  # vLLM's, relayed by the gateway (passthrough)
 
 
 @pytest.fixture(scope="module", params=KUSTOMIZATIONS, ids=lambda path: path.name)
@@ -119,14 +121,27 @@ def test_the_service_exposes_the_gateway_port_only(out: Rendered, config: Config
     assert not out.pod.get("hostNetwork", False)
 
 
-def test_the_podmonitor_scrapes_the_gateways_metrics_route(out: Rendered) -> None:
+def test_the_podmonitor_scrapes_the_gateway_and_vllm_through_the_gateway_port(
+    out: Rendered,
+) -> None:
     spec = out.one("PodMonitor")["spec"]
     assert spec["selector"]["matchLabels"].items() <= out.pod_labels.items()
-    (endpoint,) = spec["podMetricsEndpoints"]
     gateway_ports = {p["name"] for p in out.container(GATEWAY_CONTAINER)["ports"]}
-    assert endpoint["port"] in gateway_ports
-    assert endpoint["path"] == METRICS_ROUTE
+    by_path = {endpoint["path"]: endpoint for endpoint in spec["podMetricsEndpoints"]}
+    assert set(by_path) == {METRICS_ROUTE, VLLM_METRICS_PATH}
+    for endpoint in by_path.values():
+        assert endpoint["port"] in gateway_ports  # vLLM has no port: its socket only
+        # /metrics and /gateway/metrics need no key (auth.py), so no credential is configured.
+        assert not {"authorization", "bearerTokenSecret", "basicAuth"} & set(endpoint)
     assert METRICS_ROUTE in app_routes()
+    # ... and that a keyed gateway relays it to vLLM: test_deploy_dashboard.py, over HTTP.
+    assert not is_protected("GET", VLLM_METRICS_PATH)
+    assert not is_protected("GET", METRICS_ROUTE)
+    # vLLM's series name the container they come from (and the two `up` series differ).
+    assert by_path[VLLM_METRICS_PATH]["relabelings"] == [
+        {"action": "replace", "targetLabel": "container", "replacement": VLLM_CONTAINER}
+    ]
+    assert "relabelings" not in by_path[METRICS_ROUTE]
 
 
 def test_probes_hit_the_gateways_health_and_ready_routes(out: Rendered) -> None:

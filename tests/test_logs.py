@@ -1,6 +1,7 @@
 """Log output: `--log-format json` gives one JSON object per line (time, level, message; request
-logs add method, route, status, duration_ms, request_id), and no line ever carries a secret
-(API keys, the upstream key, a query string) or clip content (data URIs, base64)."""
+logs add method, route, status, code, duration_ms, request_id; a refusal has a line of its
+own), and no line ever carries a secret (API keys, the upstream key, a query string) or clip
+content (data URIs, base64)."""
 
 from __future__ import annotations
 
@@ -80,9 +81,13 @@ class TestRequestIds:
         assert sane_request_id("") is None
 
 
-def access_lines(gateway: Gateway) -> list[dict[str, Any]]:
+def json_lines(gateway: Gateway, logger: str) -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in gateway.log if line.strip()]
-    return [line for line in lines if line["logger"] == "gateway.access"]
+    return [line for line in lines if line["logger"] == logger]
+
+
+def access_lines(gateway: Gateway) -> list[dict[str, Any]]:
+    return json_lines(gateway, "gateway.access")
 
 
 async def exercise(gateway: Gateway, audio_dir: Path) -> dict[str, str]:
@@ -164,6 +169,19 @@ class TestJsonLogs:
         )
         assert logged[ids["bad_clip"]]["status"] == 400
         assert logged[ids["no_key"]]["status"] == 401
+        # A refusal's access line carries its error code; the refusal line the same id.
+        assert logged[ids["bad_clip"]]["code"] == "invalid_audio_reference"
+        assert logged[ids["no_key"]]["code"] == "invalid_api_key"
+        assert "code" not in chat and "code" not in models
+        refusals = {line["request_id"]: line for line in json_lines(gateway, "gateway.refusals")}
+        assert set(refusals) == {ids["bad_clip"], ids["no_key"]}
+        assert refusals[ids["no_key"]]["level"] == "INFO"
+        assert (refusals[ids["no_key"]]["status"], refusals[ids["no_key"]]["code"]) == (
+            401,
+            "invalid_api_key",
+        )
+        # Durations are not whole milliseconds (uvloop's clock is; perf_counter_ns is not).
+        assert any(line["duration_ms"] != round(line["duration_ms"]) for line in logged.values())
         [session] = [line for line in logged.values() if line["route"] == "websocket"]
         assert session["status"] == 101
         upstream_ids = {

@@ -19,7 +19,7 @@ from yarl import URL
 
 from gateway.stub_upstream import StubState
 from gateway.stub_upstream.tokens import word_token_id
-from tests.conftest import chat_body, gateway_error, sha256_of
+from tests.conftest import chat_body, gateway_error, parse_metrics, sha256_of
 
 CHAT = "/v1/chat/completions"
 BOUND_SECONDS = 5.0
@@ -79,7 +79,9 @@ class TestPassthrough:
         assert response.status == 200
         assert response.content_type == "text/plain"
         # The stub counts both requests: these are vLLM's metrics, not the gateway's.
-        assert "vllm:request_success_total 2" in await response.text()
+        labels = 'engine="0",finished_reason="stop",model_name="stub-audio-model"'
+        success = f"vllm:request_success_total{{{labels}}}"
+        assert parse_metrics(await response.text())[success] == 2
 
     async def test_tokenize(self, gateway, stub: StubState) -> None:
         body = {"model": "m", "prompt": "three small words"}

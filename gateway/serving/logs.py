@@ -1,13 +1,14 @@
 """Log output: `text` (one human-readable line) or `json` (one JSON object per line).
 
 A JSON line always has `time` (UTC, ISO 8601 with milliseconds), `level`, `logger` and
-`message`; a request log line adds the fields of `REQUEST_FIELDS`; an exception adds
-`exception` (its traceback). Nothing else of a record is copied: a field has to be named here to
-reach the output, so a stray `extra=` cannot leak a value into the logs.
+`message`; a request's log line (access log, refusal) adds those of `REQUEST_FIELDS` it has;
+an exception adds `exception` (its traceback). Nothing else of a record is copied: a field has
+to be named here to reach the output, so a stray `extra=` cannot leak a value into the logs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -15,9 +16,12 @@ from datetime import UTC, datetime
 from typing import Literal
 
 LogFormat = Literal["text", "json"]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The fields an access log record carries (`logger.info(..., extra={...})`), in output order.
-REQUEST_FIELDS = ("method", "route", "path", "status", "duration_ms", "remote", "request_id")
+REQUEST_FIELDS = (
+    "method", "route", "path", "status", "code", "param", "duration_ms", "remote", "request_id",
+)  # fmt: skip
 
 
 class JsonFormatter(logging.Formatter):
@@ -44,3 +48,16 @@ def configure_logging(level: str, log_format: LogFormat) -> None:
     formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     handler.setFormatter(formatter)
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def add_log_level_option(parser: argparse.ArgumentParser, default: str) -> None:
+    """`--log-level` with its choices and default in `--help`; any other value is argparse's
+    clean exit 2 naming the flag (the value is taken in any case)."""
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=default,
+        metavar="LEVEL",
+        help=f"log threshold: {', '.join(LOG_LEVELS)}, in any case (default: %(default)s)",
+    )

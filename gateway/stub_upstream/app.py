@@ -22,6 +22,7 @@ from .realtime import echo_session, realtime
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 from .tokens import TokenFields, token_fields, tokenize
+from .vllm_metrics import render as render_metrics
 from .window import (
     ANSWER_KEY,
     ModelWindow,
@@ -103,12 +104,22 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
         state.requests.append(
             ReceivedRequest(request.method, request.path_qs, dict(request.headers), body)
         )
+    model_call = request.method == "POST"  # what vLLM's engine would run
+    state.in_flight += model_call
+    status = 500  # what an exception out of the handler becomes
     try:
         response: web.StreamResponse = await handler(request)
+        status = response.status
         return response
     except StubRejection as exc:
         state.rejected += 1
+        status = 400
         return vllm_error(str(exc), kind=exc.kind, param=exc.param)
+    finally:
+        state.in_flight -= model_call
+        handler_path = request.match_info.route.resource
+        name = handler_path.canonical if handler_path is not None else "none"
+        state.http_answers[(name, request.method, f"{status // 100}xx")] += 1
 
 
 def vllm_error(
@@ -390,11 +401,7 @@ async def vllm_health(request: web.Request) -> web.Response:
 
 async def vllm_metrics(request: web.Request) -> web.Response:
     state = request.app[stub_state_key]
-    text = (
-        "# TYPE vllm:request_success_total counter\n"
-        f"vllm:request_success_total {state.request_count}\n"
-    )
-    return web.Response(text=text, content_type="text/plain")
+    return web.Response(text=render_metrics(state, state.http_answers), content_type="text/plain")
 
 
 async def echo(request: web.Request) -> web.Response:
@@ -434,19 +441,7 @@ async def hang(request: web.Request) -> web.Response:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--allowed-local-media-path", default=None)
-    parser.add_argument(
-        "--responses-accept-audio",
-        action="store_true",
-        help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
-    )
-    parser.add_argument("--allowed-media-domains", nargs="+", default=None)
-    add_window_arguments(parser)
-    add_mm_cache_arguments(parser)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     app = create_stub_app(
         args.allowed_local_media_path,
         record=False,
@@ -458,9 +453,48 @@ def main(argv: list[str] | None = None) -> None:
         mm_preprocess_delay_seconds=args.mm_preprocess_delay_ms / 1000,
         record_bodies=args.record_bodies,
     )
-    web.run_app(
-        app, host=args.host, port=args.port, access_log=None, handler_cancellation=True, print=None
+    # run_app calls `print` once every site listens: the start-up line says where.
+    listening = (
+        f"stub upstream (vLLM-compatible, no model) listening on http://{args.host}:{args.port}"
     )
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        handler_cancellation=True,
+        print=lambda _: print(listening, flush=True),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.stub_upstream",
+        description="A stub of vLLM's OpenAI-compatible server for tests, the demo and the "
+        "benchmark: it parses and decodes audio as vLLM does, and answers without a model.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument(
+        "--allowed-local-media-path",
+        default=None,
+        help="vLLM's flag: the directory file:// audio URLs may name (none: refused)",
+    )
+    parser.add_argument(
+        "--responses-accept-audio",
+        action="store_true",
+        help="take input_audio / audio_url parts on /v1/responses (vLLM 0.33 refuses them)",
+    )
+    parser.add_argument(
+        "--allowed-media-domains",
+        nargs="+",
+        default=None,
+        help="vLLM's flag: the hosts http(s) audio URLs may name (none given: any)",
+    )
+    add_window_arguments(parser)
+    add_mm_cache_arguments(parser)
+    return parser
 
 
 if __name__ == "__main__":

@@ -18,5 +18,6 @@ never a copy of them:
     cli.py       argv -> the commands -> exit status
 
 May import: any room below the app (`naming`, `audio`, `splice`, `pipeline`, `chunking`,
-`bridge`, `references`, `upstream`, `config`). Only `__main__` imports it.
+`bridge`, `references`, `upstream`, `serving` (the `--log-level` option), `config`). Only
+`__main__` imports it.
 """

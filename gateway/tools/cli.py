@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from ..audio.policy import PathPolicy
 from ..config import Config, ConfigError, describe_validation_error, load_config
 from ..naming.object_names import is_object_url
+from ..serving.logs import add_log_level_option
 from .check import RowChecker, check_rows
 from .convert import run_convert
 from .jobs import default_jobs
@@ -75,7 +76,7 @@ def add_commands(commands: Any) -> None:
 def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE.toml", help="TOML config, as for serve")
     parser.add_argument("--audio-root", metavar="DIR", help="override [audio] root, as for serve")
-    parser.add_argument("--log-level", default="WARNING")
+    add_log_level_option(parser, "WARNING")
 
 
 def run_command(args: argparse.Namespace) -> int:
