@@ -26,6 +26,9 @@ from gateway.normalize.convert import convert
 from gateway.normalize.form import TargetForm, in_form, wav_format
 from gateway.stub_upstream import StubState
 from tests.conftest import GatewayFactory, audio_part, chat_body, gateway_error, gateway_metrics
+from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
+
+__all__ = ["aws_environment", "s3_server"]  # fixtures, used by name
 
 Client = TestClient[web.Request, web.Application]
 NORMALIZE = {"enabled": True}
@@ -217,7 +220,11 @@ async def test_the_target_form_is_what_is_sent(
     report = (await chat(gateway, {"audio_path": "s.flac"}))["stub"]["clips"][0]
     assert (report["sample_rate"], report["channels"]) == (want_rate, want_channels)
     info = soundfile.info(io.BytesIO(sent_clips(stub)[0]))
-    assert (info.samplerate, info.channels, info.subtype) == (want_rate, want_channels, want_subtype)
+    assert (info.samplerate, info.channels, info.subtype) == (
+        want_rate,
+        want_channels,
+        want_subtype,
+    )
     assert abs(info.duration - 1.0) < 0.01
 
 
@@ -419,3 +426,54 @@ async def test_a_clip_decoding_past_the_duration_limit_is_413(
     response = await gateway.post("/v1/chat/completions", json=chat_body({"audio_path": "s.mp3"}))
     error = await gateway_error(response, 413, "metadata.audio_path")
     assert error["code"] == "audio_too_long" and stub.requests == []
+
+
+# --- long-audio pieces, objects -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_item_bytes", ["64MiB", "1MiB"])  # pieces kept, or cut on demand
+async def test_pieces_are_cut_from_the_normalized_signal(
+    make_gateway: GatewayFactory,
+    stub: StubState,
+    audio_dir: Path,
+    max_item_bytes: str,
+) -> None:
+    path = audio_dir / "long.wav"
+    rng = np.random.default_rng(5)
+    noise = (0.3 * rng.standard_normal((70 * 44100, 2))).astype(np.float32)
+    soundfile.write(path, noise, 44100, subtype="PCM_16")
+    gateway = await make_gateway(
+        normalize=NORMALIZE,
+        chunking={"enabled": True, "max_concurrent_chunks": 1},  # the pieces arrive in order
+        cache={"max_item_bytes": max_item_bytes},
+    )
+    await chat(gateway, {"audio_path": "long.wav"})
+    pieces = [
+        soundfile.read(io.BytesIO(c), dtype="int16")
+        for i in range(len(stub.requests))
+        for c in sent_clips(stub, i)
+    ]
+    assert len(pieces) == 3 and {rate for _, rate in pieces} == {16000}
+    whole, _ = soundfile.read(
+        io.BytesIO(expected(path, TargetForm(16000, 1, "PCM_16"))), dtype="int16"
+    )
+    assert np.array_equal(np.concatenate([samples for samples, _ in pieces]), whole)
+
+
+@pytest.mark.usefixtures("aws_environment")
+@pytest.mark.parametrize("remote", ["data_uri", "presigned_url"])
+async def test_an_object_is_normalized_and_goes_as_data_in_either_mode(
+    make_gateway: GatewayFactory, stub: StubState, tmp_path: Path, s3_server: S3Server, remote: str
+) -> None:
+    bucket = s3_server.bucket()
+    clip = write_clip(tmp_path / "s.flac", 48000, "FLAC")
+    s3_server.put(bucket, "data/s.flac", clip)
+    gateway = await make_gateway(
+        normalize=NORMALIZE,
+        audio={"root": f"s3://{bucket}/data/"},
+        splice={"remote": remote},
+        storage={"s3": s3_config(s3_server)},
+    )
+    report = (await chat(gateway, {"audio_path": "s.flac"}))["stub"]["clips"][0]
+    assert (report["source"], report["sample_rate"], report["channels"]) == ("data", 16000, 1)
+    assert sent_clips(stub) == [expected(clip, TargetForm(16000, 1, "PCM_16"))]
