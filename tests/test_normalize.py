@@ -27,6 +27,7 @@ from gateway.normalize.form import TargetForm, in_form, wav_format
 from gateway.stub_upstream import StubState
 from tests.conftest import GatewayFactory, audio_part, chat_body, gateway_error, gateway_metrics
 from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
+from tests.tools_helpers import run_json, write_jsonl
 
 __all__ = ["aws_environment", "s3_server"]  # fixtures, used by name
 
@@ -477,3 +478,31 @@ async def test_an_object_is_normalized_and_goes_as_data_in_either_mode(
     report = (await chat(gateway, {"audio_path": "s.flac"}))["stub"]["clips"][0]
     assert (report["source"], report["sample_rate"], report["channels"]) == ("data", 16000, 1)
     assert sent_clips(stub) == [expected(clip, TargetForm(16000, 1, "PCM_16"))]
+
+
+# --- check --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_check_counts_the_clips_normalize_would_convert(
+    tmp_path: Path, audio_dir: Path, enabled: bool
+) -> None:
+    write_clip(audio_dir / "s.flac", 44100, "FLAC")
+    write_clip(audio_dir / "s.wav", 16000, "WAV", "PCM_16")  # the rate, but stereo
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[audio]\nroot = "{audio_dir}"\n[normalize]\nenabled = {str(enabled).lower()}\n'
+    )
+    rows = [chat_body({"audio_path": name}) for name in ("a.wav", "s.flac", "s.wav", "s.flac")]
+    rows.append(
+        chat_body(
+            {
+                "audio_data": "data:audio/flac;base64,"
+                + base64.b64encode((audio_dir / "s.flac").read_bytes()).decode()
+            }
+        )
+    )
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    code, summary = run_json("check", str(data), "--config", str(config))
+    assert code == 0, summary["errors"]
+    assert summary["clips_normalized"] == (3 if enabled else 0)  # never inline audio

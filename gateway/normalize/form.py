@@ -63,7 +63,11 @@ def wav_format(head: bytes) -> WavFormat | None:
 def in_form(head: bytes, form: TargetForm) -> bool:
     """Whether a clip starting with `head` is a WAV in `form` already (sent as it is).
     WAVE_FORMAT_EXTENSIBLE headers are not: they are rewritten as plain PCM or float."""
-    found = wav_format(head)
+    return format_in_form(wav_format(head), form)
+
+
+def format_in_form(found: WavFormat | None, form: TargetForm) -> bool:
+    """`in_form`, from what `wav_format` found (None: not a WAV, so not in form)."""
     if found is None:
         return False
     channels_match = form.channels in (0, found.channels)
