@@ -33,6 +33,7 @@ from gateway.normalize.convert import convert
 from gateway.normalize.form import TargetForm
 
 TARGET_HZ = 16_000
+GATEWAY = "gateway (soxr HQ, streamed)"  # what [normalize] ships; the other rows against it
 FORMATS = {"WAV": ("WAV", "PCM_16"), "FLAC": ("FLAC", "PCM_16"), "MP3": ("MP3", None)}
 
 
@@ -116,14 +117,14 @@ def measure(
         for name in formats:
             data = encoded(source, rate, name)
             paths: dict[str, Callable[[], np.ndarray]] = {
-                "gateway (soxr HQ, streamed)": lambda d=data: gateway_path(d, "HQ"),
+                GATEWAY: lambda d=data: gateway_path(d, "HQ"),
                 "gateway (soxr VHQ, streamed)": lambda d=data: gateway_path(d, "VHQ"),
             }
             for method in ("torchaudio", "soxr", "scipy", "pyav"):
                 label = f"vLLM {method}" + (" (default)" if method == "torchaudio" else "")
                 paths[label] = lambda d=data, m=method: vllm_path(d, m)
             waves = {label: best_ms(work, repeats) for label, work in paths.items()}
-            gateway_wave = waves["gateway (soxr HQ, streamed)"][1]
+            gateway_wave = waves[GATEWAY][1]
             gateway_mel = features(gateway_wave)
             for label, (ms, wave) in waves.items():
                 mel = features(wave)
@@ -149,12 +150,17 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
         "SNR vs gateway dB | log-mel max / mean vs ideal | SNR vs ideal dB |\n"
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n"
     )
-    lines = [
-        f"| {r['source']} | {r['path']} | {r['cpu_ms']} | {r['vs_gateway_mel_max']} / "
-        f"{r['vs_gateway_mel_mean']} | {r['vs_gateway_snr_db']} | {r['vs_ideal_mel_max']} / "
-        f"{r['vs_ideal_mel_mean']} | {r['vs_ideal_snr_db']} |"
-        for r in rows
-    ]
+    lines = []
+    for r in rows:
+        versus = (
+            f"{r['vs_gateway_mel_max']} / {r['vs_gateway_mel_mean']} | {r['vs_gateway_snr_db']}"
+        )
+        if r["path"] == GATEWAY:
+            versus = "(the reference) | -"
+        lines.append(
+            f"| {r['source']} | {r['path']} | {r['cpu_ms']} | {versus} | "
+            f"{r['vs_ideal_mel_max']} / {r['vs_ideal_mel_mean']} | {r['vs_ideal_snr_db']} |"
+        )
     return head + "\n".join(lines)
 
 

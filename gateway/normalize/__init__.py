@@ -8,5 +8,6 @@ source.py   `NormalizedSource`: any `AudioSource` seen through the normalization
 
 A clip already a WAV in the form is sent byte for byte; any other is decoded and converted.
 Inline `audio_data` and presigned URLs are not touched: the gateway does not read them.
-May import: `audio`, `config`, `errors`, `metrics`, `naming`. The pipeline imports it.
+May import: `audio`, `chunking` (its `reading`: a source's bytes as a file for libsndfile),
+`config`, `errors`, `metrics`, `naming`. The pipeline and the dataset tools import it.
 """
