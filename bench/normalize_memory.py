@@ -85,6 +85,9 @@ async def one_run(workdir: Path, chunking: bool, stub_url: str) -> dict[str, Any
                     await response.read()
                     status = response.status
             peak = status_bytes(process.pid, "VmHWM")
+            metrics_url = f"http://127.0.0.1:{port}/gateway/metrics"
+            async with session.get(metrics_url) as response:
+                counters = _counters(await response.text())
     finally:
         process.terminate()
         process.wait(30)
@@ -93,7 +96,19 @@ async def one_run(workdir: Path, chunking: bool, stub_url: str) -> dict[str, Any
         "status": status,
         "rss_after_warm_up_mib": round(before / MIB, 1),
         "peak_rss_growth_mib": round((peak - before) / MIB, 1),
+        "normalized_clips": counters.get("audio_gateway_normalized_clips_total", 0),
+        "pieces_sent": counters.get("audio_gateway_audio_chunks_total", 0),
     }
+
+
+def _counters(text: str) -> dict[str, int]:
+    """The unlabelled samples of the gateway's /gateway/metrics text."""
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name and not name.startswith("#") and "{" not in name:
+            found[name] = int(float(value))
+    return found
 
 
 async def run(minutes: float, workdir: Path, chunking: list[bool]) -> list[dict[str, Any]]:

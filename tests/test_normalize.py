@@ -8,7 +8,10 @@ import base64
 import hashlib
 import io
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ __all__ = ["aws_environment", "s3_server"]  # fixtures, used by name
 Client = TestClient[web.Request, web.Application]
 NORMALIZE = {"enabled": True}
 NORMALIZED = "audio_gateway_normalized_clips_total"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def stereo_tone(seconds: float, rate: int) -> np.ndarray:
@@ -506,3 +510,29 @@ def test_check_counts_the_clips_normalize_would_convert(
     code, summary = run_json("check", str(data), "--config", str(config))
     assert code == 0, summary["errors"]
     assert summary["clips_normalized"] == (3 if enabled else 0)  # never inline audio
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_a_60_minute_44khz_stereo_clip_is_normalized_and_cut_in_bounded_memory(
+    tmp_path: Path,
+) -> None:
+    """A real `serve` process (`bench.normalize_memory`): after a warm-up request, the hour
+    normalized with [chunking] on grows the gateway's peak RSS by at most 64 MiB. No timing."""
+    argv = ["--minutes", "60", "--chunking", "on", "--workdir", str(tmp_path)]
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.normalize_memory", *argv],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["status"] == 200, figures
+    assert figures["normalized_clips"] == 2, figures  # the warm-up and the hour (not cached)
+    assert 120 <= figures["pieces_sent"] - 2 <= 3600 // 25, figures  # the warm-up's: 2
+    assert figures["peak_rss_growth_mib"] <= 64, figures
