@@ -67,9 +67,9 @@ class Normalizer:
         """The converted clip whole: its base64 in pieces (with `raw`, its bytes) and sha256."""
         spool = await self._converted(source, mime)
         try:
-            pieces, sha256 = await self._run(_read_spool, spool.file, raw)
+            pieces, sha256 = await asyncio.to_thread(_read_spool, spool.file, raw)
         finally:
-            await self._run(spool.file.close)
+            await asyncio.to_thread(spool.file.close)
         return EncodedAudio(NORMALIZED_MIME, pieces, sha256, spool.header, converted=True)
 
     async def streamed(
@@ -79,9 +79,9 @@ class Normalizer:
         spooled file while it is sent."""
         spool = await self._converted(source, mime)
         try:
-            sha256 = await self._run(_hash_spool, spool.file) if digest else None
+            sha256 = await asyncio.to_thread(_hash_spool, spool.file) if digest else None
         except BaseException:
-            await self._run(spool.file.close)
+            await asyncio.to_thread(spool.file.close)
             raise
         return StreamedSpool(spool, sha256, raw=raw)
 
@@ -94,25 +94,27 @@ class Normalizer:
         out = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
         try:
             work = partial(convert, clip_file.file, self.form, out, max_seconds=self._max_seconds)
-            done = await self._run(work)
-            size = await self._run(_rewind, out)
+            done = await self._converting(work)
+            size = await asyncio.to_thread(_rewind, out)
         except Undecodable as exc:
-            await self._run(out.close)
+            await asyncio.to_thread(out.close)
             raise cannot_decode(source.ref, mime, str(exc)) from None
         except TooLong as exc:
-            await self._run(out.close)
+            await asyncio.to_thread(out.close)
             raise _too_long(source.ref, str(exc)) from None
         except BaseException:
-            await self._run(out.close)
+            await asyncio.to_thread(out.close)
             raise
         finally:
-            await self._run(clip_file.close)
+            await asyncio.to_thread(clip_file.close)
         self._metrics.normalized_clips.inc()
         self._metrics.normalize_seconds.observe(time.perf_counter() - started)
         return Spool(out, size, AudioHeader(done.frames, done.channels, done.sample_rate))
 
-    async def _run(self, work: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
+    async def _converting(self, work: Callable[[], T]) -> T:
+        """`work` on the conversion threads (small steps go to the default executor, never
+        queued behind a long conversion)."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, work)
 
 
 @dataclass(frozen=True, slots=True)
