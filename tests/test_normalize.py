@@ -359,6 +359,21 @@ async def test_the_responses_bridge_sends_the_normalized_clip(
     assert (info.samplerate, info.channels) == (16000, 1)
 
 
+@pytest.mark.stub(responses_accept_audio=True)  # an upstream whose Responses API takes audio
+async def test_responses_input_audio_parts_carry_the_wav(
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+) -> None:
+    path = write_clip(audio_dir / "s.ogg", 44100, "OGG")
+    gateway = await make_gateway(normalize=NORMALIZE, responses={"audio": "input_audio"})
+    body = {"model": "m", "input": "Transcribe.", "metadata": {"audio_path": "s.ogg"}}
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status == 200, await response.text()
+    part = json.loads(stub.requests[-1].body)["input"][0]["content"][0]
+    assert part["input_audio"]["format"] == "wav"
+    sent = base64.b64decode(part["input_audio"]["data"])
+    assert sent == expected(path, TargetForm(16000, 1, "PCM_16"))
+
+
 @pytest.mark.parametrize("form", ["json", "multipart"])
 async def test_a_speech_upload_is_a_wav_file_part_typed_audio_wav(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, form: str
