@@ -52,7 +52,7 @@ def free_port() -> int:
 async def serve(config: Path, port: int) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-    for _ in range(300):
+    for _ in range(1200):  # up to 2 minutes: the cores are shared
         try:
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.close()
@@ -63,13 +63,16 @@ async def serve(config: Path, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("the gateway did not start")
 
 
-async def one_run(workdir: Path, chunking: bool, stub_url: str) -> dict[str, Any]:
-    config = workdir / f"gateway-{chunking}.toml"
+async def one_run(
+    workdir: Path, chunking: bool, stub_url: str, normalize: bool = True
+) -> dict[str, Any]:
+    config = workdir / f"gateway-{chunking}-{normalize}.toml"
     config.write_text(
         f'[upstream]\nurl = "{stub_url}"\nread_timeout_seconds = 600\n'
         f'[audio]\nroot = "{workdir}"\nmax_file_bytes = "2GiB"\n'
         'max_duration_seconds = 7200.0\nmax_decode_bytes = "4GiB"\n'
-        f"[normalize]\nenabled = true\n[chunking]\nenabled = {str(chunking).lower()}\n"
+        f"[normalize]\nenabled = {str(normalize).lower()}\n"
+        f"[chunking]\nenabled = {str(chunking).lower()}\n"
     )
     port = free_port()
     process = await serve(config, port)
@@ -92,6 +95,7 @@ async def one_run(workdir: Path, chunking: bool, stub_url: str) -> dict[str, Any
         process.terminate()
         process.wait(30)
     return {
+        "normalize": normalize,
         "chunking": chunking,
         "status": status,
         "rss_after_warm_up_mib": round(before / MIB, 1),
@@ -111,14 +115,20 @@ def _counters(text: str) -> dict[str, int]:
     return found
 
 
-async def run(minutes: float, workdir: Path, chunking: list[bool]) -> list[dict[str, Any]]:
+async def run(
+    minutes: float, workdir: Path, chunking: list[bool], baseline: bool = False
+) -> list[dict[str, Any]]:
     write_clip(workdir / "long.wav", minutes)
     write_clip(workdir / "warm.wav", 40 / 60)
     stub = TestServer(create_stub_app(record=False))
     await stub.start_server()
     try:
         url = str(stub.make_url("")).rstrip("/")
-        return [{"minutes": minutes, **await one_run(workdir, on, url)} for on in chunking]
+        rows = [{"minutes": minutes, **await one_run(workdir, on, url)} for on in chunking]
+        if baseline:  # the same requests without [normalize], in the same run
+            for on in chunking:
+                rows.append({"minutes": minutes, **await one_run(workdir, on, url, False)})
+        return rows
     finally:
         await stub.close()
 
@@ -128,10 +138,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--chunking", choices=["on", "off", "both"], default="both")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--baseline", action="store_true", help="also each setting with [normalize] off"
+    )
     args = parser.parse_args(argv)
     settings = {"on": [True], "off": [False], "both": [True, False]}[args.chunking]
     with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
-        for row in asyncio.run(run(args.minutes, Path(workdir), settings)):
+        for row in asyncio.run(run(args.minutes, Path(workdir), settings, args.baseline)):
             print(json.dumps(row))
 
 
