@@ -287,6 +287,16 @@ class ChunkingConfig(_Section):
         return seconds
 
 
+class NormalizeConfig(_Section):
+    """`[normalize]`: clips the gateway reads go upstream at the model's rate, channel count and
+    sample format, as WAV (gateway.normalize). `channels = 0` keeps a clip's own count."""
+
+    enabled: bool = False
+    sample_rate: int = Field(16_000, ge=8_000, le=192_000, strict=True)
+    channels: int = Field(1, ge=0, le=8, strict=True)
+    sample_format: Literal["PCM_16", "FLOAT"] = "PCM_16"
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -297,6 +307,7 @@ class Config(_Section):
     storage: StorageConfig = StorageConfig()
     sidechannel: SidechannelConfig = SidechannelConfig()
     chunking: ChunkingConfig = ChunkingConfig()
+    normalize: NormalizeConfig = NormalizeConfig()
 
     @model_validator(mode="after")
     def _objects_need_bytes_or_urls(self) -> Config:

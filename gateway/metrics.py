@@ -134,6 +134,18 @@ class GatewayMetrics:
             "window) while [chunking] enabled = false; one per clip per request.",
             registry=registry,
         )
+        self.normalized_clips = Counter(
+            "audio_gateway_normalized_clips",
+            "Clips decoded and converted to the model's form ([normalize]); a clip already a "
+            "WAV in that form counts nothing, a cached conversion is not counted again.",
+            registry=registry,
+        )
+        self.normalize_seconds = Histogram(
+            "audio_gateway_normalize_seconds",
+            "Time to decode, mix, resample and write one clip in the model's form ([normalize]).",
+            buckets=STORAGE_BUCKETS_SECONDS,
+            registry=registry,
+        )
 
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}

@@ -48,6 +48,7 @@ from .naming.sidechannel import (
     SidechannelKeys,
     strip_sidechannel,
 )
+from .normalize.source import Normalizer, as_sent
 from .over_window import OverWindowWatch
 from .references.body import ReferencedBody
 from .splice import Part, splice_chat, splice_responses
@@ -125,6 +126,9 @@ async def build_pipeline(
         chunker = Chunker(config.chunking, store, config.audio)
     else:
         over_window = OverWindowWatch(config.chunking.threshold_seconds, metrics)
+    normalizer = None
+    if config.normalize.enabled:
+        normalizer = Normalizer(config.normalize, config.audio, metrics)
     return RewritePipeline(
         config.splice,
         config.audio,
@@ -134,6 +138,7 @@ async def build_pipeline(
         keys,
         chunker=chunker,
         over_window=over_window,
+        normalizer=normalizer,
     )
 
 
@@ -148,6 +153,7 @@ class RewritePipeline:
         keys: SidechannelKeys = DEFAULT_KEYS,
         chunker: Chunker | None = None,
         over_window: OverWindowWatch | None = None,
+        normalizer: Normalizer | None = None,
     ):
         self.config = config
         self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
@@ -162,6 +168,7 @@ class RewritePipeline:
         self.presigned = config.remote == "presigned_url"
         self.chunker = chunker  # None unless [chunking] is enabled
         self.over_window = over_window  # with [chunking] off: long clips sent whole, told
+        self.normalizer = normalizer  # None unless [normalize] is enabled
         self._legacy_key_logged = False
 
     def close(self) -> None:
@@ -169,6 +176,8 @@ class RewritePipeline:
         self.resolver.close()
         if self.chunker is not None:
             self.chunker.close()
+        if self.normalizer is not None:
+            self.normalizer.close()
 
     @overload
     async def rewrite(
@@ -247,6 +256,16 @@ class RewritePipeline:
         return loaded
 
     async def sources(self, refs: Sequence[PathAudio], *, presigned: bool) -> list[AudioSource]:
+        """The checked sources of `refs` (`_checked_sources`), seen through [normalize] when
+        it is on."""
+        found = await self._checked_sources(refs, presigned=presigned)
+        if self.normalizer is None:
+            return found
+        return [self.normalizer.wrap(source) for source in found]
+
+    async def _checked_sources(
+        self, refs: Sequence[PathAudio], *, presigned: bool
+    ) -> list[AudioSource]:
         """Local paths resolved in one worker-thread hop, objects checked and HEADed
         concurrently (with `presigned`, to go upstream as URLs); the one place that tells
         the kinds apart."""
@@ -279,6 +298,7 @@ class RewritePipeline:
     async def _loaded(self, source: AudioSource) -> PathClip:
         audio = await self.store.get(source)
         try:
+            source = as_sent(source, audio)
             return PathClip(source, audio, await source.upstream_url())
         except BaseException:
             if isinstance(audio, StreamedAudio):

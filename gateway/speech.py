@@ -208,7 +208,10 @@ class SpeechUploads:
                 await audio.aclose()
             raise
         segments = (audio,) if isinstance(audio, StreamedAudio) else audio.pieces
-        return AudioUpload(os.path.basename(ref.given), audio.mime, segments)
+        name = os.path.basename(ref.given)
+        if audio.converted:  # [normalize]: the WAV the gateway made of the clip
+            name = os.path.splitext(name)[0] + ".wav"
+        return AudioUpload(name, audio.mime, segments)
 
     def _check_limits(self, header: AudioHeader | None, label: str, given: str, param: str) -> None:
         limits = self.audio

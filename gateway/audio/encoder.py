@@ -38,12 +38,14 @@ class EncodedAudio:
     speech-to-text routes), its MIME type, when asked for the sha256 of the file bytes, and what
     its header says (length, channels, rate; None when the format does not say), so cached clips
     are checked without a re-read.
-    `pieces` is empty when only the MIME type was needed (file:// mode)."""
+    `pieces` is empty when only the MIME type was needed (file:// mode). `converted`: the
+    bytes are the gateway's own WAV of the clip (`[normalize]`), which no file holds."""
 
     mime: str
     pieces: tuple[bytes, ...]
     sha256: str | None
     header: AudioHeader | None = None
+    converted: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -84,6 +86,8 @@ class ChunkReader:
 class StreamedAudio:
     """An open clip whose base64 (with `raw`, its bytes) is produced while it is sent; close it
     on every path."""
+
+    converted = False  # see EncodedAudio
 
     def __init__(
         self,
@@ -165,6 +169,15 @@ async def open_streamed_clip(
     except BaseException:
         await reader.aclose()
         raise
+
+
+async def read_clip_head(clip: ResolvedClip, nbytes: int) -> bytes:
+    """The clip's first `nbytes` bytes, from exactly the file the checks saw."""
+    handle = await _open_clip(clip)
+    try:
+        return bytes(await handle.read(min(nbytes, clip.size)))
+    finally:
+        await handle.close()
 
 
 def _hash_file_descriptor(clip: ResolvedClip, fd: int) -> str:

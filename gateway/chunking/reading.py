@@ -21,11 +21,12 @@ from typing import IO, TYPE_CHECKING, Any
 import pybase64
 
 from ..audio.encoder import EncodedAudio, open_checked_file
+from ..audio.sources import AudioSource
 from ..audio.sources.local import LocalClip
 from ..naming.sidechannel import InlineAudio
 
 if TYPE_CHECKING:  # annotations only
-    from ..clips import LoadedClip, PathClip
+    from ..clips import LoadedClip
 
 
 class Base64File(io.RawIOBase):
@@ -109,15 +110,21 @@ async def open_clip_file(clip: LoadedClip) -> ClipFile:
     audio = clip.audio
     if isinstance(audio, EncodedAudio) and audio.pieces:
         return ClipFile(Base64File(audio.pieces))
-    if isinstance(clip.source, LocalClip):
-        return ClipFile(await asyncio.to_thread(open_checked_file, clip.source.clip))
-    return await _spooled(clip)
+    return await open_source_file(clip.source)
 
 
-async def _spooled(clip: PathClip) -> ClipFile:
+async def open_source_file(source: AudioSource) -> ClipFile:
+    """A source's own bytes as a file libsndfile can read: a local file's checked descriptor,
+    anything else spooled to an anonymous temporary file."""
+    if isinstance(source, LocalClip):
+        return ClipFile(await asyncio.to_thread(open_checked_file, source.clip))
+    return await _spooled(source)
+
+
+async def _spooled(source: AudioSource) -> ClipFile:
     handle = await asyncio.to_thread(tempfile.TemporaryFile)
     try:
-        stream = await clip.source.open_stream(digest=False, raw=True)
+        stream = await source.open_stream(digest=False, raw=True)
         try:
             async for chunk in stream.chunks():
                 await asyncio.to_thread(handle.write, chunk)

@@ -34,8 +34,9 @@ from ..config import Config
 from ..errors import GatewayError
 from ..naming.formats import SNIFF_BYTES, checked_mime, input_audio_format
 from ..naming.sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
+from ..normalize.form import TargetForm, WavFormat, format_in_form, wav_format
 from .jsonl import Line
-from .objects import ObjectChecks
+from .objects import ObjectChecks, ObjectHead
 from .results import CheckedRow, ClipFacts, RowError
 from .root_hints import with_root_named
 from .rows import (
@@ -58,6 +59,7 @@ class _Head:
 
     sniff: bytes
     header: AudioHeader | None
+    form: WavFormat | None  # what its fmt chunk says, for [normalize]
 
 
 @dataclass(slots=True)
@@ -91,6 +93,8 @@ class RowChecker:
         self.objects = objects or ObjectChecks(config)
         self.keys = SidechannelKeys(config.sidechannel.key_prefix)
         self._heads: dict[tuple[str, int, int], _Head] = {}
+        # [normalize]'s target form: what `check` counts clips against (None: it is off).
+        self.form = TargetForm.of(config.normalize) if config.normalize.enabled else None
 
     def close(self) -> None:
         self.objects.close()
@@ -115,15 +119,17 @@ class RowChecker:
         # As the server: every clip is read and sniffed, then every clip's length is checked.
         heads = [self._failing_as(clip.ref, self._head, clip) for clip in resolved]
         facts = [
-            self._failing_as(clip.ref, self._clip_facts, clip, header, prefix)
-            for clip, (_, header) in zip(resolved, heads, strict=True)
+            self._failing_as(clip.ref, self._clip_facts, clip, header, prefix, form)
+            for clip, (_, header, form) in zip(resolved, heads, strict=True)
         ]
         fix = prepared.input_audio_fix
         file_urls = self.config.splice.mode == "file_url"
         if fix is not None:
-            for clip, (mime, _) in zip(resolved, heads, strict=True):
+            for clip, (mime, _, _), fact in zip(resolved, heads, facts, strict=True):
                 if file_urls and not isinstance(clip, ObjectClip):
                     continue  # a file:// URL part names no format (objects still go as bytes)
+                if fact.normalized:
+                    continue  # it goes as the WAV [normalize] makes of it
                 ref = clip.ref
                 name = {"label": ref.label, "given": ref.given, "param": ref.param}
                 self._failing_as(ref, partial(input_audio_format, mime, **name, fix=fix))
@@ -236,20 +242,25 @@ class RowChecker:
             return error
         return None
 
-    def _head(self, clip: ResolvedClip | ObjectClip) -> tuple[str, AudioHeader | None]:
-        """The clip's sniffed MIME type (400 not_audio) and its header."""
+    def _head(self, clip: ResolvedClip | ObjectClip) -> ObjectHead:
+        """The clip's sniffed MIME type (400 not_audio), its header and its WAV format."""
         return self.objects.head(clip) if isinstance(clip, ObjectClip) else self._file_head(clip)
 
     def _clip_facts(
-        self, clip: ResolvedClip | ObjectClip, header: AudioHeader | None, prefix: str
+        self,
+        clip: ResolvedClip | ObjectClip,
+        header: AudioHeader | None,
+        prefix: str,
+        form: WavFormat | None,
     ) -> ClipFacts:
         ref = clip.ref
         self._check_limits(header, ref.label, ref.given, ref.param)
         real_path = clip.info.name.url if isinstance(clip, ObjectClip) else clip.real_path
         seconds = None if header is None else header.seconds
-        return ClipFacts(prefix + ref.label, ref.given, real_path, clip.size, seconds)
+        normalized = self.form is not None and not format_in_form(form, self.form)
+        return ClipFacts(prefix + ref.label, ref.given, real_path, clip.size, seconds, normalized)
 
-    def _file_head(self, clip: ResolvedClip) -> tuple[str, AudioHeader | None]:
+    def _file_head(self, clip: ResolvedClip) -> ObjectHead:
         head = self._heads.get(clip.cache_key)
         if head is None:
             head = _read_head(clip)
@@ -260,7 +271,7 @@ class RowChecker:
         mime = checked_mime(
             head.sniff, ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
         )
-        return mime, head.header
+        return mime, head.header, head.form
 
     def _error(self, prepared: _Prepared, error: GatewayError, path: str | None = None) -> RowError:
         located = row_error(prepared.line, prepared.request, error, self.keys, path)
@@ -274,7 +285,7 @@ def _read_head(clip: ResolvedClip) -> _Head:
         head = read_checked(clip, fd, HEADER_BYTES, 0)
     finally:
         os.close(fd)
-    return _Head(head[:SNIFF_BYTES], read_header(head, clip.size))
+    return _Head(head[:SNIFF_BYTES], read_header(head, clip.size), wav_format(head))
 
 
 def check_rows(

@@ -18,13 +18,15 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
-from ..audio.durations import AudioHeader
+from ..audio.durations import HEADER_BYTES, AudioHeader
 from ..audio.sources.objects import ObjectClip, object_sources
 from ..config import Config
 from ..metrics import GatewayMetrics
 from ..naming.sidechannel import PathAudio
+from ..normalize.form import WavFormat, wav_format
 
 _T = TypeVar("_T")
+ObjectHead = tuple[str, AudioHeader | None, WavFormat | None]  # MIME type, header, WAV format
 HEAD_MEMO_ENTRIES = 65_536  # object versions whose first bytes were read (seeds repeat a clip)
 
 
@@ -34,9 +36,8 @@ class ObjectChecks:
 
     def __init__(self, config: Config) -> None:
         self.sources = object_sources(config, GatewayMetrics())
-        self._heads: LRUCache[Hashable, tuple[str, AudioHeader | None]] = LRUCache(
-            maxsize=HEAD_MEMO_ENTRIES
-        )
+        self._normalize = config.normalize.enabled
+        self._heads: LRUCache[Hashable, ObjectHead] = LRUCache(maxsize=HEAD_MEMO_ENTRIES)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
@@ -50,9 +51,10 @@ class ObjectChecks:
         references are checked concurrently, as the server's pipeline does."""
         return self._run(self._clips(refs))
 
-    def head(self, clip: ObjectClip) -> tuple[str, AudioHeader | None]:
-        """The clip's sniffed MIME type and its header (400 `not_audio` as the server says);
-        an object version already read is not read again."""
+    def head(self, clip: ObjectClip) -> ObjectHead:
+        """The clip's sniffed MIME type, its header (400 `not_audio` as the server says) and,
+        with `[normalize]` on, its WAV format; an object version already read is not read
+        again."""
         return self._run(self._head(clip))
 
     def close(self) -> None:
@@ -70,14 +72,17 @@ class ObjectChecks:
         checks = (self.sources.source(ref, presigned=False) for ref in refs)
         return await asyncio.gather(*checks, return_exceptions=True)
 
-    async def _head(self, clip: ObjectClip) -> tuple[str, AudioHeader | None]:
+    async def _head(self, clip: ObjectClip) -> ObjectHead:
         """On the loop's thread only, so the memo needs no lock. The claimed MIME type is part
         of the key: the same bytes may pass under one extension and fail under another."""
         key = (clip.cache_key, clip.ref.claimed_mime)
         known = self._heads.get(key)
         if known is None:
             audio = await clip.load(encode=False, digest=False)
-            self._heads[key] = known = (audio.mime, audio.header)
+            form = None
+            if self._normalize:  # what the server reads first to decide (its fmt chunk)
+                form = wav_format(await clip.read_head(HEADER_BYTES))
+            self._heads[key] = known = (audio.mime, audio.header, form)
         return known
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:

@@ -40,6 +40,7 @@ class ClipFacts:
     real_path: str | None
     size: int
     seconds: float | None  # None: the container does not state it (see durations.py)
+    normalized: bool = False  # [normalize] on and the clip not a WAV in its form already
 
 
 @dataclass(frozen=True, slots=True)

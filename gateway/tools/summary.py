@@ -84,6 +84,7 @@ class CheckSummary:
     audio_bytes: int = 0
     audio_seconds: float = 0.0
     clips_without_duration: int = 0
+    clips_normalized: int = 0  # what [normalize] would convert (0 with it off)
     longest: dict[str, Any] | None = None
     errors: ErrorGroups = field(default_factory=ErrorGroups)
     seconds: float = 0.0
@@ -102,6 +103,7 @@ class CheckSummary:
 
     def _add_clip(self, row: CheckedRow, clip: ClipFacts) -> None:
         self.clips += 1
+        self.clips_normalized += clip.normalized
         self.audio_bytes += clip.size
         if clip.real_path is None:
             self.inline_clips += 1
@@ -135,6 +137,7 @@ class CheckSummary:
             "audio_bytes": self.audio_bytes,
             "audio_seconds": round(self.audio_seconds, 3),
             "clips_without_duration": self.clips_without_duration,
+            "clips_normalized": self.clips_normalized,
             "longest_clip": self.longest,
             **({"long_audio": self.long_audio.to_json()} if self.long_audio else {}),
             "errors": self.errors.to_json(),
@@ -164,6 +167,7 @@ class CheckSummary:
                 "clips of unknown length: only WAV and FLAC headers state it)",
             ),
             ("longest clip", longest),
+            ("clips normalized", f"{self.clips_normalized:,} ([normalize]: not a WAV in form)"),
             *([self.long_audio.render()] if self.long_audio else []),
             ("time", f"{self.seconds:.1f} s ({rate:,.0f} rows/s)"),
         ]

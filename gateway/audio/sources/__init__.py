@@ -53,5 +53,8 @@ class AudioSource(Protocol):
         """Sniff the clip and hand back its base64 (with `raw`, its bytes) as a stream, for
         clips too big to cache."""
 
+    async def read_head(self, nbytes: int) -> bytes:
+        """The clip's first `nbytes` bytes (fewer when it is shorter), not sniffed."""
+
     async def upstream_url(self) -> str | None:
         """The URL vLLM should fetch the clip from, or None to send its bytes."""

@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...naming.sidechannel import PathAudio
-from ..encoder import EncodedAudio, StreamedAudio, base64_size, encode_clip, open_streamed_clip
+from ..encoder import (
+    EncodedAudio,
+    StreamedAudio,
+    base64_size,
+    encode_clip,
+    open_streamed_clip,
+    read_clip_head,
+)
 from ..policy import ResolvedClip
 
 
@@ -42,6 +49,9 @@ class LocalClip:
 
     async def open_stream(self, *, digest: bool, raw: bool = False) -> StreamedAudio:
         return await open_streamed_clip(self.clip, digest=digest, raw=raw)
+
+    async def read_head(self, nbytes: int) -> bytes:
+        return await read_clip_head(self.clip, nbytes)
 
     async def upstream_url(self) -> str | None:
         return Path(self.clip.real_path).as_uri() if self.file_url else None

@@ -150,6 +150,15 @@ class ObjectClip:
             raise
         return StreamedObject(self.info.size, head, chunks, mime, sha256, header, raw=raw)
 
+    async def read_head(self, nbytes: int) -> bytes:
+        if not self.info.size:
+            return b""  # no GET to ask
+        try:
+            return await self._client.read(self.info, self.ref, min(nbytes, self.info.size))
+        except AudioFileChanged:
+            self._sources.forget(self.info)
+            raise
+
     async def upstream_url(self) -> str | None:
         if not self.presigned:
             return None
