@@ -41,7 +41,7 @@ from .clips import (
 from .config import AudioConfig, CacheConfig, Config, SpliceConfig
 from .errors import InvalidRequest
 from .metrics import GatewayMetrics
-from .naming.content_parts import PartClip, PartRoots, Place, part_clips
+from .naming.content_parts import PartClip, PartRoots, Place, check_clip_count, part_clips
 from .naming.formats import input_audio_format
 from .naming.sidechannel import (
     DEFAULT_KEYS,
@@ -131,9 +131,7 @@ async def build_pipeline(
         from .chunking import Chunker
 
         chunker = Chunker(config.chunking, store, config.audio)
-    parts = None
-    if config.sidechannel.content_parts == "resolve":
-        parts = PartRoots(any_root=config.audio.has_root(), relative_root=bool(config.audio.root))
+    parts = content_part_roots(config)
     return RewritePipeline(
         config.splice,
         config.audio,
@@ -145,6 +143,14 @@ async def build_pipeline(
         parts=parts,
         metrics=metrics,
     )
+
+
+def content_part_roots(config: Config) -> PartRoots | None:
+    """What the roots let content parts name; None with `[sidechannel] content_parts = "pass"`
+    (the parts are not read at all)."""
+    if config.sidechannel.content_parts != "resolve":
+        return None
+    return PartRoots(any_root=config.audio.has_root(), relative_root=bool(config.audio.root))
 
 
 class RewritePipeline:
@@ -225,7 +231,8 @@ class RewritePipeline:
             return raw
         side_refs = sidechannel.clips if sidechannel is not None else ()
         refs = (*side_refs, *(found.ref for found in in_parts))
-        self._check_clip_count(refs, sidechannel, len(in_parts))
+        side_key = sidechannel.param if sidechannel is not None else None
+        check_clip_count([ref.param for ref in refs], len(in_parts), side_key, self.max_clips)
         if sidechannel is not None:
             if sidechannel.kind == LEGACY_INLINE_KEY:
                 self._log_legacy_key_once(sidechannel)
@@ -261,27 +268,6 @@ class RewritePipeline:
         if self.parts is None or not shape.content_parts:
             return []
         return part_clips(body.get("messages"), self.parts, params)
-
-    def _check_clip_count(
-        self, refs: Sequence[InlineAudio | PathAudio], sidechannel: Sidechannel | None, parts: int
-    ) -> None:
-        """400 `too_many_clips` when the carriers together name more than `audio.max_clips`
-        (the sidechannel alone was held to it as it was read)."""
-        if len(refs) <= self.max_clips:
-            return
-        side = len(refs) - parts
-        carriers = (
-            f"{side} in {sidechannel.param} and {parts} in content parts"
-            if sidechannel
-            else "all in content parts"
-        )
-        param = refs[self.max_clips].param
-        raise InvalidRequest(
-            f"{param}: the request names {len(refs)} audio clips ({carriers}), over the limit "
-            f"of {self.max_clips} per request (audio.max_clips)",
-            param=param,
-            code="too_many_clips",
-        )
 
     async def _load(
         self, refs: tuple[InlineAudio | PathAudio, ...], shape: RouteShape

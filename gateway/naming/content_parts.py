@@ -10,7 +10,7 @@ go on as they are, for vLLM to judge.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,4 +109,24 @@ def _root_unset(param: str, reason: str) -> InvalidRequest:
         f"{param}: {reason} (the directory audio paths are under), {PASS_HINT}",
         param=param,
         code="audio_root_unset",
+    )
+
+
+def check_clip_count(
+    params: Sequence[str], parts: int, sidechannel: str | None, max_clips: int
+) -> None:
+    """400 `too_many_clips` when a request's carriers together name more than `max_clips`
+    clips; `params` names each clip in order (the sidechannel's, then `parts` content parts),
+    `sidechannel` is the sidechannel's key (None: none)."""
+    if len(params) <= max_clips:
+        return
+    carriers = "all in content parts"
+    if sidechannel is not None:
+        carriers = f"{len(params) - parts} in {sidechannel} and {parts} in content parts"
+    param = params[max_clips]
+    raise InvalidRequest(
+        f"{param}: the request names {len(params)} audio clips ({carriers}), over the limit "
+        f"of {max_clips} per request (audio.max_clips)",
+        param=param,
+        code="too_many_clips",
     )
