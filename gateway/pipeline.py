@@ -251,8 +251,11 @@ class RewritePipeline:
                     return chunked
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
+            # The gateway's own parts decide whether the clips may go by reference: a uuid a
+            # client put on its path part is kept, but never makes its clip go by reference.
+            by_reference = shape.references and referable(clips, parts)
             parts = _splice(body, shape, parts, len(side_refs), in_parts)
-            if shape.references and referable(clips, parts):
+            if by_reference:
                 sizes = [base64_bytes(clip) for clip in clips]
                 return ReferencedBody.of(body, placeholders, parts, sizes)
             return SegmentedPayload(placeholders.render(body))

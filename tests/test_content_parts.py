@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.audio.samples import write_tone
+from gateway.config import ConfigError, validate_config
 from gateway.stub_upstream import StubState
 from tests.conftest import (
     GatewayFactory,
@@ -322,3 +323,22 @@ async def test_the_openai_sdk_sends_file_urls_as_nemo_skills_does(
         )
     assert answer.choices[0].message.content
     assert sent_messages(stub)[0]["content"][0] == audio_part(audio_dir / "b.wav")
+
+
+def test_a_bad_switch_value_names_the_key() -> None:
+    with pytest.raises(
+        ConfigError, match=r"sidechannel\.content_parts: Input should be 'resolve' or 'pass'"
+    ):
+        validate_config({"sidechannel": {"content_parts": "maybe"}})
+
+
+async def test_a_client_uuid_never_sends_a_clip_by_reference(
+    make_gateway: GatewayFactory, audio_dir: Path, stub: StubState
+) -> None:
+    """In reference mode the gateway's uuid (the sha256 of the bytes) replaces the client's."""
+    client = await make_gateway(splice={"repeats": "reference"})
+    body = chat([url_part("a.wav", uuid="client-chosen")])
+    for _ in range(2):
+        await post(client, body)
+    sent = sent_messages(stub)[0]["content"][0]
+    assert sent["uuid"] == sha256_of(audio_dir / "a.wav") and stub.decodes == 1
