@@ -342,3 +342,34 @@ async def test_a_client_uuid_never_sends_a_clip_by_reference(
         await post(client, body)
     sent = sent_messages(stub)[0]["content"][0]
     assert sent["uuid"] == sha256_of(audio_dir / "a.wav") and stub.decodes == 1
+
+
+async def test_inline_sidechannel_audio_and_path_parts_mix(
+    gateway: Client, audio_dir: Path, stub: StubState
+) -> None:
+    inline = audio_part(audio_dir / "c.wav")["audio_url"]["url"]
+    body = chat([url_part("a.wav"), PROMPT], metadata={"audio_data": inline})
+    answer = await post(gateway, body)
+    sent = sent_messages(stub)[0]["content"]
+    assert sent == [audio_part(audio_dir / "c.wav"), audio_part(audio_dir / "a.wav"), PROMPT]
+    assert [c["sha256"] for c in answer["stub"]["clips"]] == [
+        sha256_of(audio_dir / "c.wav"),
+        sha256_of(audio_dir / "a.wav"),
+    ]
+
+
+async def test_a_streamed_answer_through_the_sdk(
+    gateway: Client, audio_dir: Path, stub: StubState
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=str(gateway.make_url("/v1")), api_key="unused")
+    async with sdk:
+        stream = await sdk.chat.completions.create(
+            model="stub-audio-model",
+            messages=chat([url_part("c.wav"), PROMPT])["messages"],
+            stream=True,
+        )
+        text = "".join(
+            [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+        )
+    assert text
+    assert sent_messages(stub)[0]["content"][0] == audio_part(audio_dir / "c.wav")
