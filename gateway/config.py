@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from .naming.content_parts import PartRoots
 from .naming.object_names import MalformedName, ObjectPrefix, is_object_url, parse_prefix
 from .naming.sidechannel import KEY_PREFIX_PATTERN
 from .origin import OriginError, UpstreamOrigin, parse_origin
@@ -172,6 +173,10 @@ class AudioConfig(_Section):
         """The object prefixes of `allowed_roots`, defaulting to `[root]`."""
         return tuple(parse_prefix(root) for root in self._all_roots() if is_object_url(root))
 
+    def has_root(self) -> bool:
+        """Whether any path can be admitted: `root` or `allowed_roots` is set."""
+        return bool(self.root or self.allowed_roots)
+
     def _all_roots(self) -> list[str]:
         if self.allowed_roots:
             return list(self.allowed_roots)
@@ -239,6 +244,9 @@ class ResponsesConfig(_Section):
 
 class SidechannelConfig(_Section):
     key_prefix: str = ""  # the sidechannel keys are key_prefix + "audio_path" etc.
+    # "resolve": chat audio_url parts naming a path are read by the gateway like audio_path;
+    # "pass": relayed untouched, for a vLLM that reads the files itself.
+    content_parts: Literal["resolve", "pass"] = "resolve"
 
     @field_validator("key_prefix")
     @classmethod
@@ -318,6 +326,13 @@ class Config(_Section):
                 "splice.remote = 'presigned_url'"
             )
         return self
+
+    def content_part_roots(self) -> PartRoots | None:
+        """What the roots let chat content parts name; None with `[sidechannel]
+        content_parts = "pass"` (the parts are not read at all)."""
+        if self.sidechannel.content_parts != "resolve":
+            return None
+        return PartRoots(any_root=self.audio.has_root(), relative_root=bool(self.audio.root))
 
     def with_overrides(self, **sections: dict[str, Any]) -> Config:
         """A copy with some keys replaced, validated like the file (used by CLI flags)."""

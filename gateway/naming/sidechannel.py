@@ -53,6 +53,14 @@ class PathAudio:
     given: str
     param: str  # the sidechannel key, e.g. "metadata.audio_paths"
     label: str  # the key with the list index, for messages: "metadata.audio_paths[2]"
+    # What the file system or object store reads when it is not `given` as written: the
+    # decoded path of a content part's file:// URL.
+    path: str = ""
+
+    @property
+    def location(self) -> str:
+        """The path (or object URL) to read: `path`, else `given`."""
+        return self.path or self.given
 
     @property
     def claimed_mime(self) -> str:
@@ -60,7 +68,7 @@ class PathAudio:
 
         Asked only once the path is known to name a regular file inside the roots, so the
         answer names the first rule a path breaks (roots, existence, file type, extension)."""
-        return mime_for_extension(self.given, self.param, self.label)
+        return mime_for_extension(self.location, self.param, self.label)
 
 
 @dataclass(frozen=True, slots=True)

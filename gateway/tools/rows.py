@@ -13,9 +13,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..bridge import responses_to_chat
+from ..bridge import carries_audio_parts, responses_to_chat
 from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
+from ..naming.content_parts import part_url
 from ..naming.sidechannel import SidechannelKeys
 from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
 from .jsonl import Line
@@ -63,10 +64,24 @@ def bridged(found: RowRequest, config: Config) -> bool:
     return found.route == "responses" and config.responses.audio == "chat_bridge"
 
 
-def served_request(found: RowRequest, config: Config) -> dict[str, Any]:
-    """The body the server's audio pipeline works on: a bridged Responses row becomes its chat
-    body (a 400 `unsupported_by_audio_bridge` as the server answers), any other row is itself."""
-    return responses_to_chat(found.request).chat if bridged(found, config) else found.request
+def carries_audio(found: RowRequest, config: Config, keys: SidechannelKeys) -> bool:
+    """Whether the server reads this row's audio before its body goes on: the sidechannel, or
+    (a bridged Responses row) audio parts in its input. Chat path parts are found later."""
+    if keys.carries(found.request):
+        return True
+    return bridged(found, config) and carries_audio_parts(found.request)
+
+
+def served_request(
+    found: RowRequest, config: Config
+) -> tuple[dict[str, Any], dict[tuple[int, int], str]]:
+    """The body the server's audio pipeline works on, and how its content parts are named in
+    errors: a bridged Responses row becomes its chat body (a 400 `unsupported_by_audio_bridge`
+    as the server answers), any other row is itself."""
+    if not bridged(found, config):
+        return found.request, {}
+    chat = responses_to_chat(found.request)
+    return chat.chat, chat.part_params
 
 
 def route_shape(found: RowRequest, config: Config, *, bridge: bool = True) -> RouteShape:
@@ -103,8 +118,31 @@ def row_error(
     return RowError(line.file, line.number, error.code, key, path, error.message)
 
 
+_PART_PARAM = re.compile(r"(messages|input)\[(\d+)\]\.content\[(\d+)\]\.(audio_url\.url|file_url)$")
+
+
+def _path_in_part(request: dict[str, Any], param: str) -> str | None:
+    """The URL as written that a `messages[i].content[j].audio_url.url` or
+    `input[i].content[j].file_url` error is about."""
+    match = _PART_PARAM.match(param)
+    if match is None:
+        return None
+    items, i, j = match.group(1), int(match.group(2)), int(match.group(3))
+    try:
+        part = request[items][i]["content"][j]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(part, dict):
+        return None
+    url = part_url(part) if part.get("type") == "audio_url" else part.get("file_url")
+    return url if isinstance(url, str) else None
+
+
 def _path_named_by(found: RowRequest, error: GatewayError, keys: SidechannelKeys) -> str | None:
-    """The path as written that a sidechannel error is about (`metadata.audio_paths[2]`)."""
+    """The path as written that a sidechannel or content-part error is about
+    (`metadata.audio_paths[2]`, `messages[1].content[0].audio_url.url`)."""
+    if error.param and (path := _path_in_part(found.request, error.param)) is not None:
+        return path
     metadata = found.request.get("metadata")
     if not isinstance(metadata, dict) or not error.param:
         return None
