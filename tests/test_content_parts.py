@@ -234,6 +234,7 @@ async def test_bad_path_parts_are_refused_by_name(
 ) -> None:
     (audio_dir.parent / "outside.wav").write_bytes((audio_dir / "a.wav").read_bytes())
     (audio_dir / "fake.wav").write_bytes(b"not audio at all, just text")
+    (audio_dir / "notes.txt").write_text("a text file: its extension is the rule it breaks")
     (audio_dir / "dir.wav").mkdir()
     url = url.format(root=quote(str(audio_dir)))
     body = chat("Hello.", "Hi.", [PROMPT, url_part(url)])
