@@ -42,6 +42,7 @@ from .serving.access_log import answer_with_request_id, assign_request_ids
 from .serving.drain import InFlight
 from .serving.readiness import Readiness
 from .speech import SpeechUploads
+from .upstream.answered import answered_in_full
 from .upstream.body import SegmentedPayload
 from .upstream.content_coding import read_decoded_body
 from .upstream.pool import UpstreamPool
@@ -307,7 +308,9 @@ async def metrics(request: web.Request) -> web.Response:
 @web.middleware
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place where gateway errors become OpenAI-style JSON responses; it also counts
-    every answer by route and status (one middleware, not two: this runs on every request)."""
+    every answer by route and status (one middleware, not two: this runs on every request):
+    499 for a client that left before its answer's end, a streamed answer's own status once
+    it was written to its end (`upstream/answered.py`)."""
     route = request.match_info.route.name or "unmatched"
     count = request.app[metrics_key].count_request
     try:
@@ -329,13 +332,25 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
             InvalidRequest(exc.reason, code=f"http_{exc.status}"), exc.status
         )
     except asyncio.CancelledError:
-        count(route, CLIENT_CLOSED_REQUEST)
-        raise
+        if (answered := answered_in_full(request)) is None:
+            count(route, CLIENT_CLOSED_REQUEST)
+            raise
+        response = _keep(answered)
     except BaseException:
         count(route, 500)
         raise
     count(route, response.status)
     return response
+
+
+def _keep(answered: web.StreamResponse) -> web.StreamResponse:
+    """A cancellation after the answer's end (the client closed while the handler was still
+    releasing what the request held): the answer stands, and aiohttp logs it once this
+    handler returns."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    return answered
 
 
 def _error_response(error: GatewayError, status: int | None = None) -> web.Response:

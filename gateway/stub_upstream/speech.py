@@ -26,6 +26,7 @@ from aiohttp.streams import StreamReader
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .media import ClipReport, StubRejection, decode_audio
+from .sse import start_event_stream
 from .state import stub_state_key
 
 MAX_FIELD_BYTES = 1024 * 1024  # Starlette's max_part_size for text fields
@@ -251,8 +252,7 @@ async def _stream(
     """vLLM's stream: one `*.chunk` event per delta, the last with its finish_reason, a usage
     event when asked, then `[DONE]`. `X-Stub-Hold: 1` pauses after the first event."""
     state = request.app[stub_state_key]
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
+    response = await start_event_stream(request)
     kind = "transcription" if task == "transcribe" else "translation"
     base = {
         "id": f"{'trsc' if task == 'transcribe' else 'trsl'}-stub-{state.request_count}",

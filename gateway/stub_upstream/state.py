@@ -27,6 +27,7 @@ class StubState:
     audio_fetch_timeout_seconds: float = 10.0
     record: bool = True
     responses_accept_audio: bool = False
+    trust_request_mm_kwargs: bool = False  # vLLM's --trust-request-mm-kwargs
     requests: list[ReceivedRequest] = field(default_factory=list)
     last_report: dict[str, Any] | None = None  # the `stub` report of the last model request
     request_count: int = 0
