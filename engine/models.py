@@ -138,6 +138,7 @@ def build_qwen2_audio(out: Path) -> Path:
     )
     processor.save_pretrained(out)
     processor.feature_extractor.save_pretrained(out)  # the legacy preprocessor_config.json
+    name_tokenizer_class(out, "Qwen2Tokenizer")
     audio = {
         "model_type": "qwen2_audio_encoder",
         "encoder_layers": 2,
@@ -215,6 +216,7 @@ def build_whisper(out: Path) -> Path:
     )
     processor.save_pretrained(out)
     processor.feature_extractor.save_pretrained(out)
+    name_tokenizer_class(out, "WhisperTokenizer")
     vocab_size = -(-bpe.get_vocab_size() // 64) * 64
     config = WhisperConfig(
         vocab_size=vocab_size,
@@ -245,6 +247,15 @@ def build_whisper(out: Path) -> Path:
         max_length=448,
     )
     return out
+
+
+def name_tokenizer_class(out: Path, name: str) -> None:
+    """Name the model's own tokenizer class, as the published checkpoints do (it loads the same
+    tokenizer.json; vLLM and transformers pick model-specific behaviour by this name)."""
+    path = out / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = name
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def write_generation_config(out: Path, **fields: Any) -> None:
