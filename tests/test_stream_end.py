@@ -17,8 +17,11 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.stub_upstream.window import Action, ModelWindow, window_key
+from gateway.upstream.answered import ends_event_stream
 from tests.chunking_helpers import CHUNKING, windowed_stub, write_long_clips
 from tests.test_drain import Gateway, fresh_session, serve, until
 
@@ -166,3 +169,14 @@ async def test_a_client_that_leaves_mid_stream_is_499(
     await until(lambda: window.cancelled >= 3)
     assert await counted(gateway, "chat_completions") == {"499": 3}
     assert 200 not in logged_statuses(gateway, "chat_completions")
+
+
+@given(st.binary(max_size=300), st.sampled_from([b"\n\n", b"\r\n\r\n", b"\n", b""]))
+def test_a_chunk_ending_in_done_ends_the_stream(before: bytes, ending: bytes) -> None:
+    assert ends_event_stream(before + b"data: [DONE]" + ending)
+
+
+@given(st.binary(max_size=300).filter(lambda chunk: b"[DONE]" not in chunk))
+def test_no_other_chunk_does(chunk: bytes) -> None:
+    assert not ends_event_stream(chunk)
+    assert not ends_event_stream(b"data: [DONE]\n\n" + chunk + b"x")

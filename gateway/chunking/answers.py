@@ -81,10 +81,17 @@ async def _stream(
             return response
         last = sink.chunk(failure.chunk) + sink.end()
     except OSError:  # the client went away (upstream failures arrive as GatewayErrors)
-        if request.transport is not None:
-            request.transport.close()
-        return response or web.Response(status=499)
-    return await end_stream(request, response, last)
+        return _client_gone(request, response)
+    try:
+        return await end_stream(request, response, last)
+    except OSError:
+        return _client_gone(request, response)
+
+
+def _client_gone(request: web.Request, response: web.StreamResponse | None) -> web.StreamResponse:
+    if request.transport is not None:
+        request.transport.close()
+    return response or web.Response(status=499)
 
 
 async def _start(request: web.Request, sink: _Sink) -> web.StreamResponse:

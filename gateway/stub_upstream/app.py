@@ -22,7 +22,6 @@ from .mm_kwargs import check_request_mm_kwargs
 from .parts import chat_message_clips, responses_item_clips
 from .realtime import echo_session, realtime
 from .speech import add_speech_routes
-from .sse import start_event_stream
 from .state import ReceivedRequest, StubState, stub_state_key
 from .tokens import TokenFields, token_fields, tokenize
 from .vllm_metrics import count_http_request, http_requests_key, vllm_metrics
@@ -34,6 +33,7 @@ from .window import (
     window_key,
     windowed,
 )
+from .wire import compact_json, start_event_stream, vllm_json
 
 
 def create_stub_app(
@@ -125,15 +125,9 @@ def vllm_error(
     message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None
 ) -> web.Response:
     """vLLM's ErrorResponse, serialised as Starlette's JSONResponse does (compact)."""
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}},
-        status=status,
-        dumps=_compact_json,
+    return vllm_json(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status
     )
-
-
-def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -187,7 +181,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "prompt_token_ids": None,  # vLLM's fields, null unless `return_token_ids`
         "stub": report,
     }
-    return web.json_response(tokens.answer(result) if tokens else result)
+    return vllm_json(tokens.answer(result) if tokens else result)
 
 
 class _ChatAnswer:
@@ -301,7 +295,7 @@ async def _engine_failure(
     response = await start_event_stream(request)
     await _sse(response, _role_chunk(_chunk_base(body), report))
     error = {"error": {"message": message, "type": kind, "param": None, "code": 500}}
-    await response.write(f"data: {_compact_json(error)}\n\n".encode())
+    await response.write(f"data: {compact_json(error)}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
     return await _finish_sse(request, response)
 
@@ -350,7 +344,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         "stub": report,
     }
     if not body.get("stream"):
-        return web.json_response(result)
+        return vllm_json(result)
     response = await start_event_stream(request)
     await _sse(
         response,
@@ -393,7 +387,7 @@ async def _finish_sse(request: web.Request, response: web.StreamResponse) -> web
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.json_response(
+    return vllm_json(
         {
             "object": "list",
             "data": [{"id": "stub-audio-model", "object": "model", "owned_by": "stub"}],

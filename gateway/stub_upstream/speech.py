@@ -26,8 +26,8 @@ from aiohttp.streams import StreamReader
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .media import ClipReport, StubRejection, decode_audio
-from .sse import start_event_stream
 from .state import stub_state_key
+from .wire import start_event_stream, vllm_json
 
 MAX_FIELD_BYTES = 1024 * 1024  # Starlette's max_part_size for text fields
 MAX_FILE_BYTES = 25 * 1024 * 1024  # VLLM_MAX_AUDIO_CLIP_FILESIZE_MB
@@ -119,7 +119,7 @@ async def _speech(request: web.Request, task: Task) -> web.StreamResponse:
     request.app[stub_state_key].decodes += 1
     if form.stream:
         return await _stream(request, form, task, report)
-    return web.json_response(_answer(form, task, report))
+    return vllm_json(_answer(form, task, report))
 
 
 # --- the form, as Starlette and FastAPI read it ---------------------------------------------------
@@ -295,4 +295,4 @@ def _error(message: str, status: int, param: str | None = None) -> web.Response:
     """vLLM's error shape for FastAPI/validation errors: `type` is the status phrase."""
     phrase = {400: "Bad Request", 422: "Unprocessable Entity"}[status]
     body = {"error": {"message": message, "type": phrase, "param": param, "code": status}}
-    return web.json_response(body, status=status)
+    return vllm_json(body, status=status)

@@ -34,6 +34,7 @@ from .media import ClipReport, StubRejection
 from .mm_kwargs import check_request_mm_kwargs
 from .parts import chat_message_clips
 from .state import stub_state_key
+from .wire import vllm_json
 
 IM_START, IM_END, NEWLINE = 151644, 151645, 198
 AUDIO_PAD, AUDIO_BOS, AUDIO_EOS = 151646, 151647, 151648
@@ -221,6 +222,6 @@ async def tokenize(request: web.Request) -> web.Response:
         words = str(body.get("prompt", "")).split()
         tokens = [word_token_id(word) for word in words]
     strs = (words or [f"<{t}>" for t in tokens]) if body.get("return_token_strs") else None
-    return web.json_response(
+    return vllm_json(
         {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": strs}
     )

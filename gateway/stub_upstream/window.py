@@ -28,7 +28,7 @@ import msgspec
 from aiohttp import web
 
 from .media import DATA_URI, StubRejection, b64_bytes
-from .sse import start_event_stream
+from .wire import start_event_stream
 
 try:  # decoding needs soundfile (a test and bench dependency)
     import numpy

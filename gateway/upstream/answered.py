@@ -25,6 +25,7 @@ EVENT_STREAM_HEADERS = {
     "X-Accel-Buffering": "no",  # nginx in front: relay each event as it comes
 }
 DONE_EVENT = b"data: [DONE]"
+DONE_TAIL_BYTES = 32  # the event and its line ends, however they are spelled
 answered_key = web.RequestKey("answered_key", web.StreamResponse)
 
 
@@ -50,7 +51,7 @@ def mark_answered(request: web.Request, response: web.StreamResponse) -> None:
 
 def ends_event_stream(chunk: bytes) -> bool:
     """Whether an event-stream chunk ends with the stream's last event, `data: [DONE]`."""
-    return chunk.rstrip().endswith(DONE_EVENT)
+    return chunk[-DONE_TAIL_BYTES:].rstrip().endswith(DONE_EVENT)  # no copy of a long chunk
 
 
 def answered_in_full(request: web.Request) -> web.StreamResponse | None:
