@@ -331,11 +331,11 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         response = _error_response(
             InvalidRequest(exc.reason, code=f"http_{exc.status}"), exc.status
         )
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionError) as gone:  # the client went away
         if (answered := answered_in_full(request)) is None:
             count(route, CLIENT_CLOSED_REQUEST)
             raise
-        response = _keep(answered)
+        response = _keep(answered, cancelled=isinstance(gone, asyncio.CancelledError))
     except BaseException:
         count(route, 500)
         raise
@@ -343,12 +343,12 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     return response
 
 
-def _keep(answered: web.StreamResponse) -> web.StreamResponse:
-    """A cancellation after the answer's end (the client closed while the handler was still
-    releasing what the request held): the answer stands, and aiohttp logs it once this
-    handler returns."""
+def _keep(answered: web.StreamResponse, *, cancelled: bool) -> web.StreamResponse:
+    """The client went away once it had the whole answer (the handler was still releasing
+    what the request held, or ending the body): the answer stands, and aiohttp logs it once
+    this handler returns; the cancellation, if that was how, is taken back."""
     task = asyncio.current_task()
-    if task is not None:
+    if cancelled and task is not None:
         task.uncancel()
     return answered
 

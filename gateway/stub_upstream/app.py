@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import os
 import time
 from collections import Counter
@@ -368,7 +367,7 @@ async def _sse(
     response: web.StreamResponse, data: dict[str, Any], event: str | None = None
 ) -> None:
     prefix = f"event: {event}\n" if event else ""
-    await response.write(f"{prefix}data: {json.dumps(data)}\n\n".encode())
+    await response.write(f"{prefix}data: {compact_json(data)}\n\n".encode())
 
 
 async def _maybe_hold(request: web.Request, position: str = "1") -> None:

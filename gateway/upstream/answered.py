@@ -1,10 +1,11 @@
 """A streamed answer written to its end is final.
 
-The server cancels a handler whose client disconnects. A cancellation that arrives once the
-client has the whole answer (the handler was still releasing what the request held, or waiting
-for the upstream's end of body after relaying its last event) changes nothing the client saw,
-so the error middleware counts and logs the answer's own status instead of 499
-(`answered_in_full`, read by `app.errors_as_json`). A streamed answer counts as whole:
+The server cancels a handler whose client disconnects (or a write to the gone client fails).
+When that happens once the client has the whole answer (the handler was still releasing what
+the request held, or waiting for the upstream's end of body after relaying its last event), it
+changes nothing the client saw, so the error middleware counts and logs the answer's own status
+instead of 499 (`answered_in_full`, read by `app.errors_as_json`). A streamed answer counts as
+whole:
 
 - once `end_stream` wrote its last bytes and the body's end, in one write (the gateway's own
   streams: the chunked merge, the Responses bridge), or the relay's end of a copied body;
