@@ -120,6 +120,8 @@ class EngineServer:
             os.path.join(tempfile.mkdtemp(prefix="vllm-"), "vllm.sock") if spec.uds else ""
         )
         self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0  # time.monotonic() at the last start()
+        self.healthy_after_s = 0.0  # from that start() to the first /health 200
 
     @property
     def url(self) -> str:
@@ -166,6 +168,7 @@ class EngineServer:
                 cwd=self.workdir,
                 start_new_session=True,
             )
+        self.started_at = time.monotonic()
         _running.add(self)
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -203,6 +206,7 @@ class EngineServer:
                 self.stop()
                 raise EngineStartError(self.failure(f"not healthy after {deadline_s:.0f} s"))
             time.sleep(0.5)
+        self.healthy_after_s = time.monotonic() - self.started_at
         return time.monotonic() - started
 
     def failure(self, what: str) -> str:
