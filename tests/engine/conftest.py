@@ -100,15 +100,36 @@ def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
     }
 
 
+def report(config: pytest.Config, servers: dict[str, EngineServer]) -> None:
+    """One line per server in pytest's output: its start-up time and its RSS now."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for name, server in servers.items():
+        if server.process is not None and server.healthy_after_s:
+            line = (
+                f"engine {name}: healthy {server.healthy_after_s:.1f} s after its (last) start, "
+                f"RSS {server.rss_bytes() / 2**30:.2f} GiB"
+            )
+            if reporter is not None:
+                reporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
-def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
-    venv = engine_venv()
-    problem = venv_problem(venv)
+def venv() -> Path:
+    """The engine's venv; without it the test is skipped, or failed where it is required."""
+    path = engine_venv()
+    problem = venv_problem(path)
     if problem is not None:
         message = f"{problem}: run .ci/engine (or engine/install, then pytest tests/engine)"
         if ENGINE_REQUIRED:
             pytest.fail(f"the real-engine suite is required here, but {message}", pytrace=False)
         pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def engines(
+    venv: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[Engines]:
     models = build_models(venv, venv / "tiny-models")
     # A directory of its own (not the pytest tmp tree) and resolved: vLLM compares real paths.
     media_root = Path(tempfile.mkdtemp(prefix="engine-audio-")).resolve()
@@ -121,6 +142,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
     try:
         yield Engines(servers, media_root, models, {})
     finally:
+        report(pytestconfig, servers)
         for server in servers.values():
             server.stop()
         shutil.rmtree(media_root, ignore_errors=True)

@@ -249,7 +249,8 @@ async def test_the_responses_bridge(
                         **carry,
                     )
                 ]  # fmt: skip
-                assert events[-1].type == "response.completed", events[-1]
+                # max_output_tokens ends the answer: vLLM's finish_reason "length"
+                assert events[-1].type == "response.incomplete", events[-1]
                 answer = events[-1].response
             else:
                 answer = await client.responses.create(
@@ -259,7 +260,9 @@ async def test_the_responses_bridge(
         await gateway.close()
     expected = sum(audio_tokens_for(SECONDS[name]) for name in sent)
     assert heard(chat_ids, qwen_tokens) == (len(sent), expected)
-    assert answer.status in ("completed", "incomplete")
+    assert answer.status == "incomplete"
+    assert answer.incomplete_details is not None
+    assert answer.incomplete_details.reason == "max_output_tokens"
     assert answer.usage is not None
     assert answer.usage.input_tokens == len(chat_ids)
     assert answer.usage.output_tokens == MAX_TOKENS

@@ -73,7 +73,8 @@ async def test_a_restart_under_a_running_gateway(
         assert (status, body) == (200, {"status": "ready"})
 
         seen = await restart_watching_readiness(qwen_engine, gateway)
-        assert seen[0] == 503 and set(seen) == {503}, seen
+        # 503 from the stop on; the last poll may already see the engine back
+        assert seen[0] == 503 and seen == sorted(seen, reverse=True), seen
         status, body = await ready(gateway)
         assert status == 200, body
 

@@ -14,7 +14,7 @@ from aiohttp import FormData
 
 from engine.server import EngineServer
 
-from .helpers import BOUND_SECONDS, Client, make_gateway_client, write_clip
+from .helpers import BOUND_SECONDS, Client, delta, engine_metrics, make_gateway_client, write_clip
 
 pytestmark = pytest.mark.timeout(180, func_only=True)
 MODEL = "tiny-whisper"
@@ -31,36 +31,46 @@ async def gateway(whisper_engine: EngineServer, clip_dir: Path) -> AsyncIterator
     await client.close()
 
 
-async def transcribed(gateway: Client, route: str, **kwargs: Any) -> dict[str, Any]:
+async def transcribed(
+    engine: EngineServer, gateway: Client, route: str, **kwargs: Any
+) -> dict[str, Any]:
+    """The engine's answer (a 200 asserted, one request served by the engine)."""
+    before = await engine_metrics(engine)
     response = await gateway.post(route, timeout=BOUND_SECONDS, **kwargs)
     text = await response.text()
     assert response.status == 200, text
+    served = "vllm:request_success_total"
+    assert delta(before, await engine_metrics(engine), served) == {served: 1}
     answer: dict[str, Any] = await response.json()
+    assert isinstance(answer["text"], str)
+    if route.endswith("/transcriptions"):  # a translation's answer has no usage
+        assert answer["usage"] == {"type": "duration", "seconds": SECONDS}
     return answer
 
 
 @pytest.mark.parametrize("route", ROUTES)
-async def test_a_json_body_naming_a_clip(gateway: Client, route: str) -> None:
+async def test_a_json_body_naming_a_clip(
+    whisper_engine: EngineServer, gateway: Client, route: str
+) -> None:
     body = {
         "model": MODEL,
         "language": "en",
         "max_completion_tokens": 5,
         "metadata": {"audio_path": "speech.wav"},
     }
-    answer = await transcribed(gateway, route, json=body)
-    assert isinstance(answer["text"], str)
-    assert answer["usage"] == {"type": "duration", "seconds": SECONDS}
+    await transcribed(whisper_engine, gateway, route, json=body)
 
 
 @pytest.mark.parametrize("route", ROUTES)
-async def test_a_form_with_an_audio_path_field(gateway: Client, route: str) -> None:
+async def test_a_form_with_an_audio_path_field(
+    whisper_engine: EngineServer, gateway: Client, route: str
+) -> None:
     form = FormData(default_to_multipart=True)
     form.add_field("model", MODEL)
     form.add_field("audio_path", "speech.wav")
     form.add_field("language", "en")
     form.add_field("max_completion_tokens", "5")
-    answer = await transcribed(gateway, route, data=form)
-    assert answer["usage"] == {"type": "duration", "seconds": SECONDS}
+    await transcribed(whisper_engine, gateway, route, data=form)
 
 
 async def test_a_missing_clip_is_404_before_the_engine(gateway: Client) -> None:
