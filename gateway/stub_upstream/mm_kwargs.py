@@ -1,10 +1,10 @@
 """Per-request multimodal kwargs, refused as vLLM refuses them unless the server trusts them.
 
-vLLM (0.32 and 0.33: `entrypoints/generate/base/protocol.py`, `validate_request_mm_kwargs`,
-called first by `preprocess_chat` / `preprocess_cmpl`) refuses a request whose
-`mm_processor_kwargs` or `media_io_kwargs` is non-empty with a 400, unless it was started with
-`--trust-request-mm-kwargs` (`create_stub_app(trust_request_mm_kwargs=True)` here). The
-processor kwargs are checked first.
+vLLM 0.32 (`entrypoints/generate/base/protocol.py`, `validate_request_mm_kwargs`, called
+first by `preprocess_chat` / `preprocess_cmpl`, so before any content part is parsed) refuses
+a request whose `mm_processor_kwargs` or `media_io_kwargs` is non-empty with a 400, unless it
+was started with `--trust-request-mm-kwargs` (here: `trust_request_mm_kwargs=True`).
+The processor kwargs are checked first.
 """
 
 from __future__ import annotations
