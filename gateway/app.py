@@ -44,6 +44,7 @@ from .serving.drain import InFlight
 from .serving.readiness import Readiness
 from .serving.refusals import refusal_response
 from .speech import SpeechUploads
+from .upstream.answered import answered_in_full
 from .upstream.body import SegmentedPayload
 from .upstream.content_coding import read_decoded_body
 from .upstream.pool import UpstreamPool
@@ -318,7 +319,9 @@ async def metrics(request: web.Request) -> web.Response:
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place where gateway errors become OpenAI-style JSON responses (each one
     counted by code and logged: serving/refusals.py); it also counts every answer by route and
-    status (one middleware, not two: this runs on every request)."""
+    status (one middleware, not two: this runs on every request): 499 for a client that left
+    before its answer's end, a streamed answer's own status once it was written to its end
+    (`upstream/answered.py`)."""
     route = request.match_info.route.name or "unmatched"
     counters = request.app[metrics_key]
     count = counters.count_request
@@ -338,9 +341,11 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
             raise
         error = InvalidRequest(exc.reason, code=f"http_{exc.status}")
         response = _refuse(request, route, counters, error, exc.status)
-    except asyncio.CancelledError:
-        count(route, CLIENT_CLOSED_REQUEST)
-        raise
+    except (asyncio.CancelledError, ConnectionError) as gone:  # the client went away
+        if (answered := answered_in_full(request)) is None:
+            count(route, CLIENT_CLOSED_REQUEST)
+            raise
+        response = _keep(answered, cancelled=isinstance(gone, asyncio.CancelledError))
     except BaseException:
         count(route, 500)
         raise
@@ -357,3 +362,13 @@ def _refuse(
 ) -> web.Response:
     counters.count_refusal(route, error.code)
     return refusal_response(request, error, route, status)
+
+
+def _keep(answered: web.StreamResponse, *, cancelled: bool) -> web.StreamResponse:
+    """The client went away once it had the whole answer (the handler was still releasing
+    what the request held, or ending the body): the answer stands, and aiohttp logs it once
+    this handler returns; the cancellation, if that was how, is taken back."""
+    task = asyncio.current_task()
+    if cancelled and task is not None:
+        task.uncancel()
+    return answered

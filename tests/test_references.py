@@ -174,6 +174,7 @@ async def test_the_same_unrecorded_clip_twice_in_a_row_sends_data_in_both_parts(
     assert stub.decodes == 4  # a, b, a (vLLM decodes every copy it is sent), c
 
 
+@pytest.mark.stub(trust_request_mm_kwargs=True)  # vLLM refuses them otherwise
 async def test_the_kwargs_are_part_of_the_key(
     make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
 ) -> None:

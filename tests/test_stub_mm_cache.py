@@ -207,6 +207,7 @@ async def test_data_with_a_held_uuid_uses_the_held_clip_as_vllm_does(
 # --- the key: uuid, or a hash with the request's kwargs ---------------------------------------
 
 
+@pytest.mark.stub(trust_request_mm_kwargs=True)
 async def test_kwargs_key_the_clip_apart(client: Client, tones: list[Path]) -> None:
     key = sha256_of(tones[0])
     with_kwargs = {"mm_processor_kwargs": {"audio_kwargs": {"padding": True}}}

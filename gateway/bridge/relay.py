@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from ..upstream.answered import end_stream, event_stream
 from ..upstream.body import SegmentedPayload
 from ..upstream.pool import UpstreamPool, UpstreamResponse
 from ..upstream.relay import RELAY_FAILURES, relay_answer, upstream_errors
@@ -86,13 +87,7 @@ def _json(raw: bytes) -> Any:
 async def _stream_events(
     request: web.Request, upstream: UpstreamResponse, translator: ChatStreamTranslator
 ) -> web.StreamResponse:
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = event_stream()
     await response.prepare(request)
     await _write(response, translator.start())
     try:
@@ -103,9 +98,7 @@ async def _stream_events(
         if request.transport is not None:
             request.transport.close()
         return response
-    await _write(response, translator.finish())
-    await response.write_eof()
-    return response
+    return await end_stream(request, response, b"".join(map(encode_event, translator.finish())))
 
 
 async def _write(response: web.StreamResponse, events: list[Event]) -> None:

@@ -24,13 +24,12 @@ from ..bridge import (
     encode_event,
 )
 from ..errors import GatewayError
+from ..upstream.answered import end_stream, event_stream
 from .bodies import ChunkedRequest
 from .fanout import PieceErrorChunk, PieceFailed, PieceRuns
 from .merge import Chunk, StreamMerge, merge_completions
 
 log = logging.getLogger(__name__)
-
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
 async def answer_chunked(
@@ -69,7 +68,7 @@ async def _stream(
                 response = response or await _start(request, sink)
                 await response.write(sink.chunk(out))
         response = response or await _start(request, sink)
-        await response.write(b"".join(map(sink.chunk, merge.finish())) + sink.end())
+        last = b"".join(map(sink.chunk, merge.finish())) + sink.end()
     except (PieceFailed, PieceErrorChunk, GatewayError) as failure:
         if response is None:
             if isinstance(failure, GatewayError):
@@ -80,17 +79,23 @@ async def _stream(
             if request.transport is not None:
                 request.transport.close()  # the status is gone: cut, as the relay does
             return response
-        await response.write(sink.chunk(failure.chunk) + sink.end())
+        last = sink.chunk(failure.chunk) + sink.end()
     except OSError:  # the client went away (upstream failures arrive as GatewayErrors)
-        if request.transport is not None:
-            request.transport.close()
-        return response or web.Response(status=499)
-    await response.write_eof()
-    return response
+        return _client_gone(request, response)
+    try:
+        return await end_stream(request, response, last)
+    except OSError:
+        return _client_gone(request, response)
+
+
+def _client_gone(request: web.Request, response: web.StreamResponse | None) -> web.StreamResponse:
+    if request.transport is not None:
+        request.transport.close()
+    return response or web.Response(status=499)
 
 
 async def _start(request: web.Request, sink: _Sink) -> web.StreamResponse:
-    response = web.StreamResponse(headers={**SSE_HEADERS, "X-Accel-Buffering": "no"})
+    response = event_stream()
     await response.prepare(request)
     if opening := sink.start():
         await response.write(opening)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import os
 import time
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -17,12 +17,13 @@ from .body_log import BodyLog
 from .cache_control import add_cache_control_routes, add_mm_cache_arguments, admit_audio
 from .media import AUDIO_FETCH_TIMEOUT_SECONDS, ClipReport, StubRejection
 from .mm_cache import DEFAULT_CACHE_GB, GIB, AudioItem, MmProcessorCache
+from .mm_kwargs import check_request_mm_kwargs
 from .parts import chat_message_clips, responses_item_clips
 from .realtime import echo_session, realtime
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 from .tokens import TokenFields, token_fields, tokenize
-from .vllm_metrics import render as render_metrics
+from .vllm_metrics import count_http_request, http_requests_key, vllm_metrics
 from .window import (
     ANSWER_KEY,
     ModelWindow,
@@ -31,6 +32,7 @@ from .window import (
     window_key,
     windowed,
 )
+from .wire import compact_json, start_event_stream, vllm_json
 
 
 def create_stub_app(
@@ -44,6 +46,7 @@ def create_stub_app(
     mm_engine_cache_gb: float | None = None,
     mm_preprocess_delay_seconds: float = 0.0,
     record_bodies: str | None = None,
+    trust_request_mm_kwargs: bool = False,
 ) -> web.Application:
     """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
     and `audio_url` parts; vLLM 0.33's refuses them (the default). `allowed_media_domains` is
@@ -52,7 +55,9 @@ def create_stub_app(
     completions a short-window, slow, observable model (`window.py`). The multimodal processor
     cache (`mm_cache.py`): `mm_processor_cache_gb` as vLLM's flag (0: off), the engine replica's
     size (None: the same), and the delay a data-carrying request waits before its clips are
-    held. `record_bodies`: a JSONL file of every chat body received (`body_log.py`)."""
+    held. `record_bodies`: a JSONL file of every chat body received (`body_log.py`).
+    `trust_request_mm_kwargs` is vLLM's --trust-request-mm-kwargs: without it a request's
+    non-empty `mm_processor_kwargs` / `media_io_kwargs` is vLLM's 400 (`mm_kwargs.py`)."""
     middlewares = [_count, windowed] if window is not None else [_count]
     app = web.Application(client_max_size=2 * 1024**3, middlewares=middlewares)
     if window is not None:
@@ -69,6 +74,7 @@ def create_stub_app(
         audio_fetch_timeout_seconds=timeout,
         record=record,
         responses_accept_audio=responses_accept_audio,
+        trust_request_mm_kwargs=trust_request_mm_kwargs,
         mm_cache=MmProcessorCache(
             round(mm_processor_cache_gb * GIB),
             None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB),
@@ -76,6 +82,7 @@ def create_stub_app(
         mm_preprocess_delay_seconds=mm_preprocess_delay_seconds,
         body_log=body_log,
     )
+    app[http_requests_key] = Counter()
     if body_log is not None:
         app.cleanup_ctx.append(body_log.lifetime)
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -106,35 +113,24 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
         )
     model_call = request.method == "POST"  # what vLLM's engine would run
     state.in_flight += model_call
-    status = 500  # what an exception out of the handler becomes
     try:
         response: web.StreamResponse = await handler(request)
-        status = response.status
-        return response
     except StubRejection as exc:
         state.rejected += 1
-        status = 400
-        return vllm_error(str(exc), kind=exc.kind, param=exc.param)
+        response = vllm_error(str(exc), kind=exc.kind, param=exc.param)
     finally:
         state.in_flight -= model_call
-        handler_path = request.match_info.route.resource
-        name = handler_path.canonical if handler_path is not None else "none"
-        state.http_answers[(name, request.method, f"{status // 100}xx")] += 1
+    count_http_request(request, response.status)
+    return response
 
 
 def vllm_error(
     message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None
 ) -> web.Response:
     """vLLM's ErrorResponse, serialised as Starlette's JSONResponse does (compact)."""
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}},
-        status=status,
-        dumps=_compact_json,
+    return vllm_json(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status
     )
-
-
-def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -156,6 +152,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if not isinstance(messages, list) or not messages:
         raise StubRejection("'messages' must be a non-empty list")
     state = request.app[stub_state_key]
+    check_request_mm_kwargs(body, state.trust_request_mm_kwargs)
     if state.body_log is not None:
         await state.body_log.append(await request.read())
     items: list[AudioItem] = []
@@ -175,16 +172,19 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     reply: dict[str, Any] = {"role": "assistant", "content": " ".join(answer.words)}
     if answer.reasoning is not None:
         reply["reasoning"] = answer.reasoning
+    choice = {"index": 0, "message": reply, "logprobs": None}
+    choice |= {"finish_reason": answer.finish_reason, "stop_reason": None, "token_ids": None}
     result = {
         "id": f"chatcmpl-stub-{state.request_count}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "stub"),
-        "choices": [{"index": 0, "message": reply, "finish_reason": answer.finish_reason}],
+        "choices": [choice],
         "usage": answer.usage(),
+        "prompt_token_ids": None,  # vLLM's fields, null unless `return_token_ids`
         "stub": report,
     }
-    return web.json_response(tokens.answer(result) if tokens else result)
+    return vllm_json(tokens.answer(result) if tokens else result)
 
 
 class _ChatAnswer:
@@ -238,9 +238,11 @@ async def _stream_chat(
     answer: _ChatAnswer,
     tokens: TokenFields | None,
 ) -> web.StreamResponse:
-    """Words as deltas (each but the last with its trailing space); with `X-Stub-Hold: 1` the
-    stream holds after its first chunk, with `X-Stub-Hold: 2` after its first content delta."""
-    response = await _start_sse(request)
+    """vLLM's sequence: the role chunk, then a delta a token (reasoning first; each word but
+    the last with its trailing space), the last one carrying `finish_reason`, the usage chunk
+    when asked, `[DONE]`. With `X-Stub-Hold: 1` the stream holds after its first chunk, with
+    `X-Stub-Hold: 2` after its first content delta."""
+    response = await start_event_stream(request)
 
     async def send(chunk: dict[str, Any]) -> None:
         await _sse(response, tokens.chunk(chunk) if tokens else chunk)
@@ -248,14 +250,18 @@ async def _stream_chat(
     base = _chunk_base(body)
     await send(_role_chunk(base, report))
     await _maybe_hold(request, "1")
-    for piece in _pieces(answer.reasoning.split(" ") if answer.reasoning else []):
-        await send({**base, "choices": [{"index": 0, "delta": {"reasoning": piece}}]})
-    for index, piece in enumerate(_pieces(answer.words)):
-        await send({**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
-        if index == 0:
+    deltas = [
+        {"reasoning": p} for p in _pieces(answer.reasoning.split(" ") if answer.reasoning else [])
+    ]
+    deltas += [{"content": piece} for piece in _pieces(answer.words)]
+    first_content = len(deltas) - len(answer.words)
+    for index, delta in enumerate(deltas):
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        if index == len(deltas) - 1:
+            choice |= {"finish_reason": answer.finish_reason, "stop_reason": None}
+        await send({**base, "choices": [choice | {"token_ids": None}]})
+        if index == first_content:
             await _maybe_hold(request, "2")
-    last = {"index": 0, "delta": {}, "finish_reason": answer.finish_reason}
-    await send({**base, "choices": [last]})
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
         await send({**base, "choices": [], "usage": answer.usage()})
@@ -267,14 +273,18 @@ def _chunk_base(body: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": "chatcmpl-stub",
         "object": "chat.completion.chunk",
+        "created": int(time.time()),
         "model": body.get("model", "stub"),
     }
 
 
 def _role_chunk(base: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's first chunk: the role, with empty content (no token yet)."""
-    delta = {"role": "assistant", "content": ""}
-    return {**base, "choices": [{"index": 0, "delta": delta}], "stub": report}
+    """vLLM's first chunk: the role, with empty content (no token yet), and its
+    `prompt_token_ids` / `prompt_text` fields (null unless asked)."""
+    choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
+    choice["finish_reason"] = None
+    fields = {"prompt_token_ids": None, "prompt_text": None}
+    return {**base, "choices": [choice], **fields, "stub": report}
 
 
 async def _engine_failure(
@@ -285,10 +295,10 @@ async def _engine_failure(
     message, kind = "Internal server error", "InternalServerError"
     if not body.get("stream"):
         return vllm_error(message, 500, kind)
-    response = await _start_sse(request)
+    response = await start_event_stream(request)
     await _sse(response, _role_chunk(_chunk_base(body), report))
     error = {"error": {"message": message, "type": kind, "param": None, "code": 500}}
-    await response.write(f"data: {_compact_json(error)}\n\n".encode())
+    await response.write(f"data: {compact_json(error)}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
     return await _finish_sse(request, response)
 
@@ -310,6 +320,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         raise StubRejection("metadata must map strings to strings")
     items = body.get("input")
     state = request.app[stub_state_key]
+    check_request_mm_kwargs(body, state.trust_request_mm_kwargs)
     parts: list[AudioItem] = []
     last: Any = None
     if isinstance(items, list):
@@ -336,8 +347,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         "stub": report,
     }
     if not body.get("stream"):
-        return web.json_response(result)
-    response = await _start_sse(request)
+        return vllm_json(result)
+    response = await start_event_stream(request)
     await _sse(
         response,
         {"type": "response.created", "response": {**result, "status": "in_progress"}},
@@ -356,19 +367,11 @@ async def responses(request: web.Request) -> web.StreamResponse:
 # --- SSE plumbing -----------------------------------------------------------------------------
 
 
-async def _start_sse(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
-    await response.prepare(request)
-    return response
-
-
 async def _sse(
     response: web.StreamResponse, data: dict[str, Any], event: str | None = None
 ) -> None:
     prefix = f"event: {event}\n" if event else ""
-    await response.write(f"{prefix}data: {json.dumps(data)}\n\n".encode())
+    await response.write(f"{prefix}data: {compact_json(data)}\n\n".encode())
 
 
 async def _maybe_hold(request: web.Request, position: str = "1") -> None:
@@ -387,7 +390,7 @@ async def _finish_sse(request: web.Request, response: web.StreamResponse) -> web
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.json_response(
+    return vllm_json(
         {
             "object": "list",
             "data": [{"id": "stub-audio-model", "object": "model", "owned_by": "stub"}],
@@ -397,11 +400,6 @@ async def models(request: web.Request) -> web.Response:
 
 async def vllm_health(request: web.Request) -> web.Response:
     return web.Response(status=request.app[stub_state_key].health_status)
-
-
-async def vllm_metrics(request: web.Request) -> web.Response:
-    state = request.app[stub_state_key]
-    return web.Response(text=render_metrics(state, state.http_answers), content_type="text/plain")
 
 
 async def echo(request: web.Request) -> web.Response:
@@ -452,6 +450,7 @@ def main(argv: list[str] | None = None) -> None:
         mm_engine_cache_gb=args.mm_engine_cache_gb,
         mm_preprocess_delay_seconds=args.mm_preprocess_delay_ms / 1000,
         record_bodies=args.record_bodies,
+        trust_request_mm_kwargs=args.trust_request_mm_kwargs,
     )
     # run_app calls `print` once every site listens: the start-up line says where.
     listening = (
@@ -494,6 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_window_arguments(parser)
     add_mm_cache_arguments(parser)
+    parser.add_argument(
+        "--trust-request-mm-kwargs",
+        action="store_true",
+        help="vLLM's flag: take per-request mm_processor_kwargs / media_io_kwargs (else 400)",
+    )
     return parser
 
 

@@ -21,6 +21,7 @@ from aiohttp import web
 from .media import ClipReport, StubRejection
 from .mm_cache import DEFAULT_CACHE_GB, Admission, AudioItem, hash_factors, item_key
 from .state import stub_state_key
+from .wire import vllm_json
 
 LOSE_IN_ENGINE_HEADER = "X-Stub-Mm-Drift"  # "1": the engine (P1) lost this request's held items
 PAUSE_MODES = ("abort", "wait", "keep")  # vllm.v1.engine.PauseMode
@@ -85,11 +86,11 @@ async def pause(request: web.Request) -> web.Response:
     _choice(request, "mode", PAUSE_MODES)
     if _flag(request, "clear_cache", True):
         request.app[stub_state_key].mm_cache.clear()
-    return web.json_response({"status": "paused"})
+    return vllm_json({"status": "paused"})
 
 
 async def resume(request: web.Request) -> web.Response:
-    return web.json_response({"status": "resumed"})
+    return vllm_json({"status": "resumed"})
 
 
 async def sleep(request: web.Request) -> web.Response:
@@ -100,17 +101,17 @@ async def sleep(request: web.Request) -> web.Response:
     _choice(request, "mode", PAUSE_MODES)
     if int(raw) >= 1:
         request.app[stub_state_key].mm_cache.clear()
-    return web.json_response({"status": "sleeping", "level": int(raw)})
+    return vllm_json({"status": "sleeping", "level": int(raw)})
 
 
 async def wake_up(request: web.Request) -> web.Response:
     tags = request.query.getall("tags", []) or None
-    return web.json_response({"status": "awake", "tags": tags})
+    return vllm_json({"status": "awake", "tags": tags})
 
 
 async def release_kv_cache_memory(request: web.Request) -> web.Response:
     request.app[stub_state_key].mm_cache.clear()
-    return web.json_response({"status": "kv_cache_released"})
+    return vllm_json({"status": "kv_cache_released"})
 
 
 async def reset_mm_cache(request: web.Request) -> web.Response:
@@ -121,7 +122,7 @@ async def reset_mm_cache(request: web.Request) -> web.Response:
 async def stub_state(request: web.Request) -> web.Response:
     """The counters tests and the bench read from a stub in another process."""
     state = request.app[stub_state_key]
-    return web.json_response(
+    return vllm_json(
         {
             "request_count": state.request_count,
             "audio_requests": state.audio_requests,
@@ -144,7 +145,7 @@ async def lose_in_engine(request: web.Request) -> web.Response:
     if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
         raise StubRejection("keys must be a list of strings", param="keys")
     lost = request.app[stub_state_key].mm_cache.lose_in_engine(keys)
-    return web.json_response({"lost": lost})
+    return vllm_json({"lost": lost})
 
 
 def _choice(request: web.Request, name: str, allowed: tuple[str, ...]) -> str:

@@ -110,7 +110,11 @@ class MmProcessorCache:
         engine = capacity_bytes if engine_capacity_bytes is None else engine_capacity_bytes
         self._p0: LRUCache[str, ClipReport] = LRUCache(max(capacity_bytes, 1), item_size)
         self._p1: LRUCache[str, ClipReport] = LRUCache(max(engine, 1), item_size)
-        self.hits = self.misses = self.uuid_misses = self.engine_misses = self.clears = 0
+        # vLLM's `vllm:mm_cache_queries` / `_hits`: one query per item of an admitted request
+        # (uuid-only or with data), a hit when P0 holds its key at that point; a refused
+        # request (a cache miss) counts nothing.
+        self.queries = self.hits = self.misses = 0
+        self.uuid_misses = self.engine_misses = self.clears = 0
 
     @property
     def enabled(self) -> bool:
@@ -156,14 +160,20 @@ class MmProcessorCache:
         return lost
 
     def _merge(self, item: AudioItem, key: str, held: ClipReport | None) -> ClipReport:
+        """P0's `get_and_update_item`: a hit also when an earlier item of this request
+        recorded the key (the same clip twice: 2 queries, 1 hit)."""
+        self.queries += 1
         if held is not None:
             self.hits += 1
             if isinstance(item, ClipReport) and item.uuid is None:
                 return item  # held by its content: the same clip
             return dataclasses.replace(held, source=item.source, uuid=item.uuid)
         assert isinstance(item, ClipReport)
-        self.misses += 1
-        _put_if_fits(self._p0, key, item)
+        if key in self._p0:
+            self.hits += 1
+        else:
+            self.misses += 1
+            _put_if_fits(self._p0, key, item)
         return item
 
     def lose_in_engine(self, keys: Iterable[str] | None = None) -> int:
@@ -186,6 +196,7 @@ class MmProcessorCache:
             "items": len(self._p0),
             "bytes": int(self._p0.currsize),
             "engine_items": len(self._p1),
+            "queries": self.queries,
             "hits": self.hits,
             "misses": self.misses,
             "uuid_misses": self.uuid_misses,

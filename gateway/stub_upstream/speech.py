@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .forms import FormError, FormItems, UploadedFile, parse_form
 from .media import ClipReport, StubRejection, decode_audio
 from .state import stub_state_key
+from .wire import start_event_stream, vllm_json
 
 MAX_FILE_BYTES = 25 * 1024 * 1024  # VLLM_MAX_AUDIO_CLIP_FILESIZE_MB
 STREAM_OPTIONS = ("stream_include_usage", "stream_continuous_usage_stats")
@@ -102,7 +103,7 @@ async def _speech(request: web.Request, task: Task) -> web.StreamResponse:
     request.app[stub_state_key].decodes += 1
     if form.stream:
         return await _stream(request, form, task, report)
-    return web.json_response(_answer(form, task, report))
+    return vllm_json(_answer(form, task, report))
 
 
 def _last(items: FormItems, name: str) -> str | UploadedFile | None:
@@ -183,8 +184,7 @@ async def _stream(
     """vLLM's stream: one `*.chunk` event per delta, the last with its finish_reason, a usage
     event when asked, then `[DONE]`. `X-Stub-Hold: 1` pauses after the first event."""
     state = request.app[stub_state_key]
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
+    response = await start_event_stream(request)
     kind = "transcription" if task == "transcribe" else "translation"
     base = {
         "id": f"{'trsc' if task == 'transcribe' else 'trsl'}-stub-{state.request_count}",
@@ -227,4 +227,4 @@ def _error(message: str, status: int, param: str | None = None) -> web.Response:
     """vLLM's error shape for FastAPI/validation errors: `type` is the status phrase."""
     phrase = {400: "Bad Request", 422: "Unprocessable Entity"}[status]
     body = {"error": {"message": message, "type": phrase, "param": param, "code": status}}
-    return web.json_response(body, status=status)
+    return vllm_json(body, status=status)

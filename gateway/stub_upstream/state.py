@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +27,12 @@ class StubState:
     audio_fetch_timeout_seconds: float = 10.0
     record: bool = True
     responses_accept_audio: bool = False
+    trust_request_mm_kwargs: bool = False  # vLLM's --trust-request-mm-kwargs
     requests: list[ReceivedRequest] = field(default_factory=list)
     last_report: dict[str, Any] | None = None  # the `stub` report of the last model request
     request_count: int = 0
     in_flight: int = 0  # requests being answered now (vllm:num_requests_running)
     # (handler, method, status class) -> answers, as vLLM's http_requests_total counts them
-    http_answers: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     audio_requests: int = 0
     rejected: int = 0
     decodes: int = 0  # audio items the stub decoded (a uuid-only part decodes nothing)

@@ -31,8 +31,10 @@ from aiohttp import web
 
 from .cache_control import admit_audio
 from .media import ClipReport, StubRejection
+from .mm_kwargs import check_request_mm_kwargs
 from .parts import chat_message_clips
 from .state import stub_state_key
+from .wire import vllm_json
 
 IM_START, IM_END, NEWLINE = 151644, 151645, 198
 AUDIO_PAD, AUDIO_BOS, AUDIO_EOS = 151646, 151647, 151648
@@ -138,7 +140,7 @@ class TokenFields:
 
     def chunk(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """A stream chunk with its fields: the first chunk (the role) gets the prompt ids;
-        each delta with text gets its token; the finish chunk gets none."""
+        each delta with text gets its token (the last one also carries `finish_reason`)."""
         self._usage(chunk)
         if not chunk["choices"]:
             return chunk
@@ -211,6 +213,7 @@ async def tokenize(request: web.Request) -> web.Response:
     if isinstance(body.get("messages"), list):
         messages = body["messages"]
         state = request.app[stub_state_key]
+        check_request_mm_kwargs(body, state.trust_request_mm_kwargs)
         items = [item for message in messages for item in await chat_message_clips(message, state)]
         clips = (await admit_audio(request, body, items)).clips  # uuid-only parts: held items
         tokens = prompt_token_ids(messages, clips, bool(body.get("add_generation_prompt", True)))
@@ -219,6 +222,6 @@ async def tokenize(request: web.Request) -> web.Response:
         words = str(body.get("prompt", "")).split()
         tokens = [word_token_id(word) for word in words]
     strs = (words or [f"<{t}>" for t in tokens]) if body.get("return_token_strs") else None
-    return web.json_response(
+    return vllm_json(
         {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": strs}
     )

@@ -28,6 +28,7 @@ import msgspec
 from aiohttp import web
 
 from .media import DATA_URI, StubRejection, b64_bytes
+from .wire import start_event_stream
 
 try:  # decoding needs soundfile (a test and bench dependency)
     import numpy
@@ -162,8 +163,7 @@ async def _answer(
 
 async def _stream_error(request: web.Request) -> web.StreamResponse:
     """vLLM's stream when generation fails after its 200: an error chunk, then [DONE]."""
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
+    response = await start_event_stream(request)
     choice = {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
     role = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "choices": [choice]}
     error = {"message": "stub engine failure", "type": "InternalServerError", "code": 500}

@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 
 from ..config import UpstreamConfig
 from ..errors import UpstreamTimeout, UpstreamUnavailable
+from .answered import end_stream, ends_event_stream, mark_answered
 from .body import SegmentedPayload
 from .pool import (
     RawHeaders,
@@ -213,17 +214,19 @@ async def _stream_back(
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     await response.prepare(request)
+    events = (upstream.header(b"content-type") or b"").startswith(b"text/event-stream")
     try:
         async for chunk in chunks:
             await response.write(chunk)
+            if events and ends_event_stream(chunk):
+                mark_answered(request, response)  # the upstream's end of body may lag
     except RELAY_FAILURES as exc:
         # The status line is gone already: all that is left is to cut the client off.
         log.warning("upstream failed mid-response to %s: %r", request.path, exc)
         if request.transport is not None:
             request.transport.close()
         return response
-    await response.write_eof()
-    return response
+    return await end_stream(request, response)
 
 
 def request_body_length(request: web.Request) -> int | None:

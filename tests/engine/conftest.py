@@ -1,0 +1,173 @@
+"""The real vLLM 0.32.0 (CPU build) behind in-process gateways: each engine configuration is
+started once per test run, all of them at once in the background when the first engine test
+needs one, and stopped at the end of the run (or by engine/server.py's atexit hook).
+
+Two servers, chosen to need as few start-ups (~50 s each) as the tests allow:
+- `qwen_engine`, the tiny Qwen2-Audio on a TCP port of 127.0.0.1, with what every chat test
+  needs at once: `--allowed-local-media-path` on the clip root (file_url mode),
+  `VLLM_SERVER_DEV_MODE=1` (`/reset_mm_cache`) and a processor cache of about two clips
+  (`--mm-processor-cache-gb`), so that evictions are real; the restart test restarts this one.
+- `whisper_engine`, the tiny Whisper, on a Unix socket (`--uds`): the speech-to-text tests are
+  also the tests of a Unix-socket upstream.
+
+Without the engine's venv (`engine/install`) the tests are skipped with the command to run,
+except in CI (`CI=true`) or with `AUDIO_GATEWAY_ENGINE=required`, where they fail. An engine
+that is installed but does not start fails its tests with vLLM's own log tail.
+
+Every clip is 16 kHz: this vLLM has no resampler (torchaudio is left out of its venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engine.server import (
+    EngineServer,
+    EngineSpec,
+    EngineStartError,
+    build_models,
+    engine_venv,
+    venv_problem,
+)
+
+QWEN = "tiny-qwen2-audio"
+WHISPER = "tiny-whisper"
+# About 4 MB: the processed features of one clip are 128 x 3000 float32 (1.5 MB) whatever its
+# length, so this holds two clips and a third evicts the oldest.
+MM_CACHE_GB = "0.004"
+ENGINE_REQUIRED = (
+    os.environ.get("CI", "").lower() == "true"
+    or os.environ.get("AUDIO_GATEWAY_ENGINE") == "required"
+)
+
+
+@dataclass
+class Engines:
+    """The engine servers of this run, started together; `media_root` is the directory
+    `--allowed-local-media-path` names (each test's clips go in a folder under it)."""
+
+    servers: dict[str, EngineServer]
+    media_root: Path
+    models: dict[str, Path]
+    failures: dict[str, str]
+
+    def healthy(self, name: str) -> EngineServer:
+        """The server, once healthy; a failed start fails the test with vLLM's log tail."""
+        if name in self.failures:
+            pytest.fail(self.failures[name], pytrace=False)
+        server = self.servers[name]
+        if server.process is not None and not server.healthy():
+            try:
+                server.wait_healthy()
+            except EngineStartError as error:
+                self.failures[name] = str(error)
+                pytest.fail(str(error), pytrace=False)
+        return server
+
+
+def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
+    # vLLM tries torchcodec first and warns on every request that it cannot (no FFmpeg here)
+    soundfile = json.dumps({"audio": {"audio_backend": "soundfile"}})
+    silence_torchcodec = ["--media-io-kwargs", soundfile]
+    return {
+        QWEN: EngineSpec(
+            QWEN,
+            models["qwen2-audio"],
+            flags=[
+                *("--max-model-len", "2048", "--max-num-seqs", "16"),
+                *("--max-num-batched-tokens", "4096"),
+                *("--limit-mm-per-prompt", json.dumps({"audio": 2})),
+                *("--mm-processor-cache-gb", MM_CACHE_GB),
+                *("--allowed-local-media-path", str(media_root)),
+                *silence_torchcodec,
+            ],
+            env={"VLLM_SERVER_DEV_MODE": "1"},
+        ),
+        WHISPER: EngineSpec(
+            WHISPER,
+            models["whisper"],
+            flags=["--max-model-len", "448", *silence_torchcodec],
+            uds=True,
+        ),
+    }
+
+
+def report(config: pytest.Config, servers: dict[str, EngineServer]) -> None:
+    """One line per server in pytest's output: its start-up time and its RSS now."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for name, server in servers.items():
+        if server.process is not None and server.healthy_after_s:
+            line = (
+                f"engine {name}: healthy {server.healthy_after_s:.1f} s after its (last) start, "
+                f"RSS {server.rss_bytes() / 2**30:.2f} GiB"
+            )
+            if reporter is not None:
+                reporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def venv() -> Path:
+    """The engine's venv; without it the test is skipped, or failed where it is required."""
+    path = engine_venv()
+    problem = venv_problem(path)
+    if problem is not None:
+        message = f"{problem}: run .ci/engine (or engine/install, then pytest tests/engine)"
+        if ENGINE_REQUIRED:
+            pytest.fail(f"the real-engine suite is required here, but {message}", pytrace=False)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def engines(
+    venv: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[Engines]:
+    models = build_models(venv, venv / "tiny-models")
+    # A directory of its own (not the pytest tmp tree) and resolved: vLLM compares real paths.
+    media_root = Path(tempfile.mkdtemp(prefix="engine-audio-")).resolve()
+    workdir = tmp_path_factory.mktemp("engines")
+    servers = {
+        name: EngineServer(spec, venv, workdir) for name, spec in specs(models, media_root).items()
+    }
+    for server in servers.values():
+        server.start()
+    try:
+        yield Engines(servers, media_root, models, {})
+    finally:
+        report(pytestconfig, servers)
+        for server in servers.values():
+            server.stop()
+        shutil.rmtree(media_root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def qwen_engine(engines: Engines) -> EngineServer:
+    return engines.healthy(QWEN)
+
+
+@pytest.fixture(scope="session")
+def whisper_engine(engines: Engines) -> EngineServer:
+    return engines.healthy(WHISPER)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokens(engines: Engines) -> dict[str, int]:
+    """The tiny Qwen2-Audio's special tokens by name (`<|AUDIO|>` is 415), from its tokenizer."""
+    tokenizer = json.loads((engines.models["qwen2-audio"] / "tokenizer.json").read_text())
+    return {token["content"]: token["id"] for token in tokenizer["added_tokens"]}
+
+
+@pytest.fixture
+def clip_dir(engines: Engines, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A folder of the test's own under the engine's allowed media root (the gateway's root)."""
+    path = Path(tempfile.mkdtemp(prefix="t-", dir=engines.media_root))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
