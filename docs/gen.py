@@ -275,12 +275,8 @@ def action_default(action: argparse.Action) -> str:
 # Words for arguments whose parser gives no help text yet, keyed (subcommand, flag or dest).
 # Once the parser has its own, the entry is an error (render_cli says which): delete it.
 FALLBACK_HELP = {
-    ("serve", "--log-level"): "Python logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL",
-    ("demo", "--log-level"): "Python logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL",
     ("demo", "--log-format"): "log lines as text or JSON objects",
-    ("check", "--log-level"): "Python logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL",
     ("check", "files"): "the JSONL files to check, one row a line",
-    ("convert", "--log-level"): "Python logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL",
     ("convert", "input"): "the JSONL file to read",
     ("convert", "output"): "the JSONL file to write (never IN; an existing one only with --force)",
 }
