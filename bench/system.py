@@ -105,6 +105,7 @@ def workloads(seconds: list[float], forms: list[str]) -> list[Workload]:
     waves = [Workload(f"{s:g}s {f}", "wave", FORMS[f], s) for s in seconds for f in forms]
     extra = [
         Workload(f"turns {seconds[0]:g}s wav16", "turns", FORMS["wav16"], seconds[0]),
+        Workload("turns text only", "turns"),
         *(Workload(f"first {seconds[-1]:g}s {f}", "first", FORMS[f], seconds[-1]) for f in forms),
         Workload("text only", "text"),
     ]
@@ -169,7 +170,7 @@ async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], c
 
 
 async def conversation(
-    session: aiohttp.ClientSession, url: str, clip: Path, mode: str, cell: Cell
+    session: aiohttp.ClientSession, url: str, clip: Path | None, mode: str, cell: Cell
 ) -> None:
     """`TURNS` turns about one clip. Direct: the first user turn holds the clip's data URI and
     every later request re-sends it in the history. Through the gateway every turn names the
@@ -195,8 +196,9 @@ class Bench:
         self.seed = 0
         self.cells: dict[tuple[str, str], Cell] = {}
 
-    def new_clip(self, workload: Workload) -> Path:
-        assert workload.form is not None
+    def new_clip(self, workload: Workload) -> Path | None:
+        if workload.form is None:
+            return None
         self.seed += 1
         return write_clip(self.clips_dir, workload.form, workload.seconds, self.seed)
 
@@ -214,12 +216,14 @@ class Bench:
         before = self.processes.reading(mode)
         url = self.url(mode)
         if workload.kind == "wave":
+            assert clips[0] is not None
             body = chat_body(clips[0], mode, [])
             await asyncio.gather(*(post(self.session, url, body, cell) for _ in range(SEEDS)))
         elif workload.kind == "turns":
             await asyncio.gather(*(conversation(self.session, url, c, mode, cell) for c in clips))
         elif workload.kind == "first":
             for clip in clips:
+                assert clip is not None
                 await post(self.session, url, chat_body(clip, mode, []), cell)
         else:
             body = chat_body(None, mode, [])
@@ -230,7 +234,8 @@ class Bench:
         cell.vllm_s += after[1] - before[1]
         cell.gateway_s += after[2] - before[2]
         for clip in clips:
-            clip.unlink()
+            if clip is not None:
+                clip.unlink()
 
     @staticmethod
     def clip_count(workload: Workload) -> int:
@@ -337,7 +342,7 @@ async def run_plan(
         for workload in plan:
             modes = args.modes[round_ % len(args.modes) :] + args.modes[: round_ % len(args.modes)]
             for mode in modes:
-                if workload.kind == "text" and mode != "vllm-direct":
+                if workload.form is None and mode != "vllm-direct":
                     continue
                 form = workload.form
                 if mode == "vllm-direct" and form and form.needs_resampling and not resampling:

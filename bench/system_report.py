@@ -23,14 +23,21 @@ def cell(results: dict[str, Any], workload: str, mode: str) -> dict[str, Any] | 
 
 
 def wave_workloads(results: dict[str, Any]) -> list[str]:
-    return [w for w in results["workloads"] if not w.startswith(("first", "text"))]
+    """The 16-seed workloads with audio (waves and conversations)."""
+    return [w for w in results["workloads"] if not w.startswith("first") and "text" not in w]
+
+
+def text_baseline(results: dict[str, Any], workload: str) -> dict[str, Any] | None:
+    """Text only in the same shape: conversations for conversations, waves for waves."""
+    name = "turns text only" if workload.startswith("turns") else "text only"
+    return cell(results, name, DIRECT)
 
 
 def pair_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per 16-seed workload: vLLM's API server alone (direct) against the pair (reference)."""
-    text = cell(results, "text only", DIRECT)
     rows = []
     for workload in wave_workloads(results):
+        text = text_baseline(results, workload)
         direct, reference = cell(results, workload, DIRECT), cell(results, workload, REFERENCE)
         if not (direct and reference):
             continue
