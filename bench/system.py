@@ -1,0 +1,369 @@
+"""`python -m bench.system`: what the gateway + vLLM pair costs against vLLM alone, on the real
+engine (vLLM 0.32's CPU build serving the tiny Qwen2-Audio of engine/models.py).
+
+One vLLM server and one gateway process per gateway mode run for the whole bench; the modes are
+interleaved wave by wave (each wave a new clip), so every mode meets the same machine. Per
+request it reports the CPU (user + system) of vLLM's API-server process, of all vLLM's
+processes (API server, EngineCore, worker) and of the gateway's process, wall p50 and p95, and
+the bytes vLLM's API server received (its own `http_request_size_bytes` summary).
+
+    vllm-direct                  the client sends data URIs straight to vLLM (NeMo Gym, Skills)
+    gateway-data                 metadata.audio_path through the gateway, `repeats = "data"`
+    gateway-reference            the same, `repeats = "reference"`
+    gateway-reference-normalize  the same, with `[normalize]` on (16 kHz mono PCM_16)
+
+Workloads: waves of 16 concurrent seeds of one new clip (3 s and 30 s; 16 kHz mono WAV and
+FLAC, 44.1 kHz stereo WAV and MP3), 4-turn conversations re-sending their clip, first copies
+(one request per new clip), and text only. vLLM-direct on 44.1 kHz clips needs a vLLM that can
+resample (`--engine-venv`, see docs); without one those rows are left out and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench import procstat
+from bench.modes import ServerProcess, free_port, start
+from bench.system_clips import FORMS, Form, write_clip
+from engine.server import EngineServer, EngineSpec, build_models, engine_venv
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MODEL = "tiny-qwen2-audio"
+SEEDS = 16
+TURNS = 4
+CONVERSATIONS = 4
+FIRST_COPIES = 8
+MAX_TOKENS = 4
+REQUEST_TIMEOUT_S = 300
+ENGINE_FLAGS = (
+    "--max-model-len", "2048", "--max-num-seqs", "16", "--max-num-batched-tokens", "4096",
+    "--limit-mm-per-prompt", '{"audio": 2}',
+)  # fmt: skip
+MODES = ("vllm-direct", "gateway-data", "gateway-reference", "gateway-reference-normalize")
+GATEWAY_CONFIG = {
+    "gateway-data": '[splice]\nrepeats = "data"\n',
+    "gateway-reference": '[splice]\nrepeats = "reference"\n',
+    "gateway-reference-normalize": '[splice]\nrepeats = "reference"\n[normalize]\nenabled = true\n',
+}
+SIZE_METRIC = re.compile(
+    r'^http_request_size_bytes_sum\{[^}]*handler="/v1/chat/completions"[^}]*\} (\S+)$', re.M
+)
+
+
+@dataclass
+class Cell:
+    """One (workload, mode) cell, summed over its waves."""
+
+    requests: int = 0
+    errors: int = 0
+    api_s: float = 0.0
+    vllm_s: float = 0.0
+    gateway_s: float = 0.0
+    upstream_bytes: float = 0.0
+    latencies_s: list[float] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        n = max(self.requests, 1)
+        ordered = sorted(self.latencies_s) or [0.0]
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "api_server_cpu_ms": 1000 * self.api_s / n,
+            "vllm_cpu_ms": 1000 * self.vllm_s / n,
+            "gateway_cpu_ms": 1000 * self.gateway_s / n,
+            "upstream_kb": self.upstream_bytes / n / 1000,
+            "p50_ms": 1000 * statistics.median(ordered),
+            "p95_ms": 1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+            "error_samples": self.error_samples,
+        }
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # "wave", "turns", "first", "text"
+    form: Form | None = None
+    seconds: float = 0.0
+
+
+def workloads(seconds: list[float], forms: list[str]) -> list[Workload]:
+    waves = [Workload(f"{s:g}s {f}", "wave", FORMS[f], s) for s in seconds for f in forms]
+    extra = [
+        Workload(f"turns {seconds[0]:g}s wav16", "turns", FORMS["wav16"], seconds[0]),
+        Workload("turns text only", "turns"),
+        *(Workload(f"first {seconds[-1]:g}s {f}", "first", FORMS[f], seconds[-1]) for f in forms),
+        Workload("text only", "text"),
+    ]
+    return waves + extra
+
+
+class Processes:
+    """The engine and the gateways; CPU readings of each side."""
+
+    def __init__(self, engine: EngineServer, gateways: dict[str, ServerProcess]) -> None:
+        self.engine = engine
+        self.gateways = gateways
+        assert engine.process is not None
+        self.api_pid = engine.process.pid
+
+    def reading(self, mode: str) -> tuple[float, float, float]:
+        vllm = procstat.process_tree(self.api_pid)
+        gateway = self.gateways[mode].pids() if mode in self.gateways else []
+        return (
+            procstat.cpu_seconds(self.api_pid),
+            procstat.total_cpu_seconds(vllm),
+            procstat.total_cpu_seconds(gateway),
+        )
+
+    async def received_bytes(self, session: aiohttp.ClientSession) -> float:
+        async with session.get(f"{self.engine.url}/metrics") as response:
+            text = await response.text()
+        return sum(float(value) for value in SIZE_METRIC.findall(text))
+
+
+def chat_body(clip: Path | None, mode: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """A chat body whose new user turn carries `clip` (as a data URI for vllm-direct, else as
+    `metadata.audio_path`, which the gateway splices into that turn); None: text only."""
+    text = {"type": "text", "text": "What is said in this clip?"}
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": MAX_TOKENS, "temperature": 0.0}
+    content: Any = [text]
+    if clip is None:
+        content = "Say something."
+    elif mode == "vllm-direct":
+        mime = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg"}[clip.suffix[1:]]
+        uri = f"data:{mime};base64,{base64.b64encode(clip.read_bytes()).decode()}"
+        content = [{"type": "audio_url", "audio_url": {"url": uri}}, text]
+    else:
+        body["metadata"] = {"audio_path": clip.name}
+    body["messages"] = [*history, {"role": "user", "content": content}]
+    return body
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], cell: Cell) -> str:
+    started = time.perf_counter()
+    async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+        answer = await response.read()
+    cell.latencies_s.append(time.perf_counter() - started)
+    cell.requests += 1
+    if response.status != 200:
+        cell.errors += 1
+        if len(cell.error_samples) < 3:
+            cell.error_samples.append(f"{response.status} {answer[:200]!r}")
+        return ""
+    message: str = json.loads(answer)["choices"][0]["message"]["content"] or ""
+    return message
+
+
+async def conversation(
+    session: aiohttp.ClientSession, url: str, clip: Path | None, mode: str, cell: Cell
+) -> None:
+    """`TURNS` turns about one clip. Direct: the first user turn holds the clip's data URI and
+    every later request re-sends it in the history. Through the gateway every turn names the
+    clip in `metadata` and the history holds text only: either way each request carries the
+    clip once."""
+    history: list[dict[str, Any]] = []
+    for turn in range(TURNS):
+        body = chat_body(clip if turn == 0 or mode != "vllm-direct" else None, mode, history)
+        if turn and mode == "vllm-direct":
+            body["messages"][-1]["content"] = "And then?"
+        said = await post(session, url, body, cell)
+        last = body["messages"][-1]
+        if mode != "vllm-direct":
+            last = {"role": "user", "content": "What is said in this clip?"}
+        history = [*body["messages"][:-1], last, {"role": "assistant", "content": said or "."}]
+
+
+class Bench:
+    def __init__(self, processes: Processes, clips_dir: Path, session: aiohttp.ClientSession):
+        self.processes = processes
+        self.clips_dir = clips_dir
+        self.session = session
+        self.seed = 0
+        self.cells: dict[tuple[str, str], Cell] = {}
+
+    def new_clip(self, workload: Workload) -> Path | None:
+        if workload.form is None:
+            return None
+        self.seed += 1
+        return write_clip(self.clips_dir, workload.form, workload.seconds, self.seed)
+
+    def url(self, mode: str) -> str:
+        return (
+            self.processes.engine.url
+            if mode == "vllm-direct"
+            else self.processes.gateways[mode].url
+        )
+
+    async def run(self, workload: Workload, mode: str) -> None:
+        cell = self.cells.setdefault((workload.name, mode), Cell())
+        clips = [self.new_clip(workload) for _ in range(self.clip_count(workload))]
+        before_bytes = await self.processes.received_bytes(self.session)
+        before = self.processes.reading(mode)
+        url = self.url(mode)
+        if workload.kind == "wave":
+            assert clips[0] is not None
+            body = chat_body(clips[0], mode, [])
+            await asyncio.gather(*(post(self.session, url, body, cell) for _ in range(SEEDS)))
+        elif workload.kind == "turns":
+            await asyncio.gather(*(conversation(self.session, url, c, mode, cell) for c in clips))
+        elif workload.kind == "first":
+            for clip in clips:
+                assert clip is not None
+                await post(self.session, url, chat_body(clip, mode, []), cell)
+        else:
+            body = chat_body(None, mode, [])
+            await asyncio.gather(*(post(self.session, url, body, cell) for _ in range(SEEDS)))
+        after = self.processes.reading(mode)
+        cell.upstream_bytes += await self.processes.received_bytes(self.session) - before_bytes
+        cell.api_s += after[0] - before[0]
+        cell.vllm_s += after[1] - before[1]
+        cell.gateway_s += after[2] - before[2]
+        for clip in clips:
+            if clip is not None:
+                clip.unlink()
+
+    @staticmethod
+    def clip_count(workload: Workload) -> int:
+        return {"wave": 1, "turns": CONVERSATIONS, "first": FIRST_COPIES, "text": 0}[workload.kind]
+
+
+def gateway_config(workdir: Path, mode: str, upstream: str, clips_dir: Path) -> Path:
+    path = workdir / f"{mode}.toml"
+    port = free_port()
+    path.write_text(
+        f'[server]\nport = {port}\nevent_loop = "auto"\nmax_body_bytes = "64MiB"\n'
+        f'[upstream]\nurl = "{upstream}"\n'
+        f'[audio]\nroot = "{clips_dir}"\n' + GATEWAY_CONFIG[mode]
+    )
+    return path
+
+
+def start_gateway(workdir: Path, mode: str, upstream: str, clips_dir: Path) -> ServerProcess:
+    config = gateway_config(workdir, mode, upstream, clips_dir)
+    port = int(re.search(r"port = (\d+)", config.read_text()).group(1))  # type: ignore[union-attr]
+    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+    return start(ServerProcess(mode, argv, port, workdir))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.system",
+        description="The gateway + vLLM pair against vLLM alone, on the real CPU engine.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--waves", type=int, default=4, help="waves of each workload per mode")
+    parser.add_argument("--seconds", type=float, nargs="+", default=[3.0, 30.0])
+    parser.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument(
+        "--engine-venv",
+        type=Path,
+        default=None,
+        help="the vLLM venv (default: $ENGINE_VENV or .engine-venv, built by engine/install); "
+        "one with torchaudio resamples, so vllm-direct can take 44.1 kHz clips",
+    )
+    parser.add_argument("--quick", action="store_true", help="1 wave, 3 s clips, 16 kHz WAV")
+    parser.add_argument("--name", default="system")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.waves, args.seconds, args.forms = 1, [3.0], ["wav16"]
+    return args
+
+
+def can_resample(venv: Path) -> bool:
+    return any(venv.glob("lib/python*/site-packages/torchaudio/__init__.py"))
+
+
+async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    venv = args.engine_venv or engine_venv()
+    models = build_models(venv, workdir / "models")
+    engine = EngineServer(
+        EngineSpec(MODEL, models["qwen2-audio"], ENGINE_FLAGS), venv, workdir / "engine"
+    )
+    clips_dir = workdir / "clips"
+    clips_dir.mkdir()
+    engine.start()
+    gateways: dict[str, ServerProcess] = {}
+    try:
+        startup_s = engine.wait_healthy()
+        for mode in args.modes:
+            if mode != "vllm-direct":
+                gateways[mode] = start_gateway(workdir, mode, engine.url, clips_dir)
+        resampling = can_resample(venv)
+        plan = workloads(args.seconds, args.forms)
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            bench = Bench(Processes(engine, gateways), clips_dir, session)
+            skipped = await run_plan(bench, plan, args, resampling)
+            engine_rss = engine.rss_bytes()
+        return {
+            "date": date.today().isoformat(),
+            "engine": {"startup_s": startup_s, "rss_bytes": engine_rss, "can_resample": resampling},
+            "waves": args.waves,
+            "seeds": SEEDS,
+            "skipped": skipped,
+            "workloads": [w.name for w in plan],
+            "modes": args.modes,
+            "cells": {f"{w}|{m}": cell.row() for (w, m), cell in bench.cells.items()},
+        }
+    finally:
+        for gateway in gateways.values():
+            gateway.stop()
+        engine.stop()
+
+
+async def run_plan(
+    bench: Bench, plan: list[Workload], args: argparse.Namespace, resampling: bool
+) -> list[str]:
+    """Every workload's waves, the modes rotated wave by wave; warm-up requests first."""
+    skipped: list[str] = []
+    for mode in args.modes:  # a warm-up wave per mode, not counted
+        await bench.run(Workload("warm-up", "wave", FORMS["wav16"], 1.0), mode)
+    bench.cells = {key: cell for key, cell in bench.cells.items() if key[0] != "warm-up"}
+    for round_ in range(args.waves):
+        for workload in plan:
+            modes = args.modes[round_ % len(args.modes) :] + args.modes[: round_ % len(args.modes)]
+            for mode in modes:
+                if workload.form is None and mode != "vllm-direct":
+                    continue
+                form = workload.form
+                if mode == "vllm-direct" and form and form.needs_resampling and not resampling:
+                    note = f"{workload.name} | vllm-direct: this vLLM cannot resample"
+                    skipped += [] if note in skipped else [note]
+                    continue
+                await bench.run(workload, mode)
+        print(f"round {round_ + 1}/{args.waves} done", file=sys.stderr)
+    return skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.system_report import write_results
+
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
+        results = asyncio.run(measure(args, Path(tmp)))
+    write_results(results, args.results_dir, args.name, plot_png=not args.no_plot)
+    failed = sum(cell["errors"] for cell in results["cells"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
