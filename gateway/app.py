@@ -13,12 +13,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from . import __version__
 from .auth import ApiKeys, require_api_key
-from .bridge import BridgedRequest, responses_to_chat
+from .bridge import BridgedRequest, carries_audio_parts, responses_to_chat
 from .bridge.relay import bridge_headers, chat_target, relay_bridged
 from .chunking.answers import answer_chunked
 from .chunking.bodies import ChunkedRequest
@@ -181,18 +182,25 @@ def rewriting(shape: RouteShape) -> Handler:
 
 
 def bridging(shape: RouteShape) -> Handler:
-    """/v1/responses in chat_bridge mode: a row with the sidechannel goes to the upstream's
-    chat completions (spliced as `shape` says); any other body goes on untouched."""
+    """/v1/responses in chat_bridge mode: a row with the sidechannel or audio parts in its
+    input goes to the upstream's chat completions (spliced as `shape` says); any other body
+    goes on untouched."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         body = parse_json_object(raw)
         pipeline = request.app[pipeline_key]
-        bridged = responses_to_chat(body) if pipeline.keys.carries(body) else None
+        audio = pipeline.keys.carries(body) or carries_audio_parts(body)
+        bridged = responses_to_chat(body) if audio else None
         payload: bytes | SegmentedPayload | ChunkedRequest | ReferencedBody = raw
         if bridged is not None:
-            payload = await pipeline.rewrite(raw, shape, body=bridged.chat, split=True)
+            params = bridged.part_params
+            payload = await pipeline.rewrite(
+                raw, shape, body=bridged.chat, split=True, part_params=params
+            )
+            if payload is raw:  # inline audio only: nothing to resolve, but chat to send
+                payload = SegmentedPayload([msgspec.json.encode(bridged.chat)])
         request.app[metrics_key].observe_added_latency(shape.name, time.perf_counter() - started)
         if bridged is not None and isinstance(payload, ChunkedRequest):
             return await fan_out(request, payload, bridged)

@@ -172,6 +172,10 @@ class AudioConfig(_Section):
         """The object prefixes of `allowed_roots`, defaulting to `[root]`."""
         return tuple(parse_prefix(root) for root in self._all_roots() if is_object_url(root))
 
+    def has_root(self) -> bool:
+        """Whether any path can be admitted: `root` or `allowed_roots` is set."""
+        return bool(self.root or self.allowed_roots)
+
     def _all_roots(self) -> list[str]:
         if self.allowed_roots:
             return list(self.allowed_roots)
@@ -239,6 +243,9 @@ class ResponsesConfig(_Section):
 
 class SidechannelConfig(_Section):
     key_prefix: str = ""  # the sidechannel keys are key_prefix + "audio_path" etc.
+    # "resolve": chat audio_url parts naming a path are read by the gateway like audio_path;
+    # "pass": relayed untouched, for a vLLM that reads the files itself.
+    content_parts: Literal["resolve", "pass"] = "resolve"
 
     @field_validator("key_prefix")
     @classmethod

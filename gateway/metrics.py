@@ -118,6 +118,17 @@ class GatewayMetrics:
             registry=registry,
         )
 
+        self.clips = Counter(
+            "audio_gateway_clips",
+            "Clips resolved for chat completions and the Responses bridge, by what named them: "
+            "the metadata sidechannel, or a content part naming a path (content_part).",
+            ["carrier"],
+            registry=registry,
+        )
+        # Both series exist from the start (a dashboard's rate() needs no first clip).
+        self._sidechannel_clips = self.clips.labels("sidechannel")
+        self._content_part_clips = self.clips.labels("content_part")
+
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}
 
@@ -128,6 +139,13 @@ class GatewayMetrics:
         if counter is None:
             counter = self._request_counters[key] = self.requests.labels(route, str(status))
         counter.inc()
+
+    def count_clips(self, sidechannel: int, content_parts: int) -> None:
+        """One request's clips, by carrier."""
+        if sidechannel:
+            self._sidechannel_clips.inc(sidechannel)
+        if content_parts:
+            self._content_part_clips.inc(content_parts)
 
     def observe_added_latency(self, route: str, seconds: float) -> None:
         histogram = self._latency_histograms.get(route)

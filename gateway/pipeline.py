@@ -1,15 +1,18 @@
-"""One rewritten request: parse -> sidechannel -> audio -> splice -> segmented body.
+"""One rewritten request: parse -> sidechannel + path parts -> audio -> splice -> segmented body.
 
 `RewritePipeline.rewrite` returns the original bytes when the request carries no sidechannel
-(forwarded byte-for-byte), else the spliced body as a `SegmentedPayload`.
+and no content part naming a path (forwarded byte-for-byte), else the spliced body as a
+`SegmentedPayload`. Every clip, whatever carried it, goes through the same sources, checks,
+cache and limits; the sidechannel's clips come first, then the parts in message order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
@@ -38,6 +41,7 @@ from .clips import (
 from .config import AudioConfig, CacheConfig, Config, SpliceConfig
 from .errors import InvalidRequest
 from .metrics import GatewayMetrics
+from .naming.content_parts import PartClip, PartRoots, Place, check_clip_count, part_clips
 from .naming.formats import input_audio_format
 from .naming.sidechannel import (
     DEFAULT_KEYS,
@@ -49,7 +53,7 @@ from .naming.sidechannel import (
     strip_sidechannel,
 )
 from .references.body import ReferencedBody
-from .splice import Part, splice_chat, splice_responses
+from .splice import Part, splice_chat, splice_in_place, splice_responses
 from .upstream.body import Placeholders, SegmentedPayload
 
 if TYPE_CHECKING:  # imported when chunking is on (numpy, libsndfile)
@@ -71,14 +75,19 @@ class RouteShape:
     chunkable: bool = False
     # [splice] repeats = "reference": the body comes back as a `ReferencedBody`.
     references: bool = False
+    # Chat bodies: audio_url parts naming a path are clips ([sidechannel] content_parts).
+    content_parts: bool = False
 
 
-CHAT_AUDIO_URL = RouteShape("chat", splice_chat, input_audio_parts=False, chunkable=True)
+CHAT_AUDIO_URL = RouteShape(
+    "chat", splice_chat, input_audio_parts=False, chunkable=True, content_parts=True
+)
 CHAT_INPUT_AUDIO = RouteShape(
     "chat",
     splice_chat,
     input_audio_parts=True,
     chunkable=True,
+    content_parts=True,
     input_audio_fix='set [splice] chat_part = "audio_url" to send it as an audio_url data URI',
 )
 RESPONSES = RouteShape(
@@ -122,9 +131,26 @@ async def build_pipeline(
         from .chunking import Chunker
 
         chunker = Chunker(config.chunking, store, config.audio)
+    parts = content_part_roots(config)
     return RewritePipeline(
-        config.splice, config.audio, policy, store, objects, keys, chunker=chunker
+        config.splice,
+        config.audio,
+        policy,
+        store,
+        objects,
+        keys,
+        chunker=chunker,
+        parts=parts,
+        metrics=metrics,
     )
+
+
+def content_part_roots(config: Config) -> PartRoots | None:
+    """What the roots let content parts name; None with `[sidechannel] content_parts = "pass"`
+    (the parts are not read at all)."""
+    if config.sidechannel.content_parts != "resolve":
+        return None
+    return PartRoots(any_root=config.audio.has_root(), relative_root=bool(config.audio.root))
 
 
 class RewritePipeline:
@@ -137,9 +163,13 @@ class RewritePipeline:
         objects: ObjectSources | None = None,
         keys: SidechannelKeys = DEFAULT_KEYS,
         chunker: Chunker | None = None,
+        parts: PartRoots | None = None,
+        metrics: GatewayMetrics | None = None,
     ):
         self.config = config
         self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
+        self.parts = parts  # None: [sidechannel] content_parts = "pass"
+        self.metrics = metrics
         self.max_clips = audio.max_clips
         self.max_clip_bytes = audio.max_file_bytes
         self.max_duration_seconds = audio.max_duration_seconds
@@ -166,10 +196,17 @@ class RewritePipeline:
         body: dict[str, Any] | None = None,
         *,
         split: Literal[False] = False,
+        part_params: Mapping[Place, str] | None = None,
     ) -> bytes | SegmentedPayload | ReferencedBody: ...
     @overload
     async def rewrite(
-        self, raw: bytes, shape: RouteShape, body: dict[str, Any] | None = None, *, split: bool
+        self,
+        raw: bytes,
+        shape: RouteShape,
+        body: dict[str, Any] | None = None,
+        *,
+        split: bool,
+        part_params: Mapping[Place, str] | None = None,
     ) -> bytes | SegmentedPayload | ReferencedBody | ChunkedRequest: ...
     async def rewrite(
         self,
@@ -178,32 +215,43 @@ class RewritePipeline:
         body: dict[str, Any] | None = None,
         *,
         split: bool = False,
+        part_params: Mapping[Place, str] | None = None,
     ) -> bytes | SegmentedPayload | ReferencedBody | ChunkedRequest:
         """`body` is `raw` parsed, when the caller already has it (it may be rewritten, as the
         Responses bridge's chat body is); the pipeline then modifies that dict in place.
+        `part_params` names content parts in errors where the body is not the client's own.
 
         With `split` (the server's routes), a row whose one clip is longer than the chunker's
         threshold becomes a `ChunkedRequest`: one body per piece, for the fan-out."""
         if body is None:
             body = parse_json_object(raw)
         sidechannel = self.keys.read(body, self.max_clips, self.max_clip_bytes)
-        if sidechannel is None:
+        in_parts = self.part_clips(body, shape, part_params)
+        if sidechannel is None and not in_parts:
             return raw
-        if sidechannel.kind == LEGACY_INLINE_KEY:
-            self._log_legacy_key_once(sidechannel)
-        strip_sidechannel(body, sidechannel.key)
-        clips = await self._load(sidechannel.clips, shape)
+        side_refs = sidechannel.clips if sidechannel is not None else ()
+        refs = (*side_refs, *(found.ref for found in in_parts))
+        side_key = sidechannel.param if sidechannel is not None else None
+        check_clip_count([ref.param for ref in refs], len(in_parts), side_key, self.max_clips)
+        if sidechannel is not None:
+            if sidechannel.kind == LEGACY_INLINE_KEY:
+                self._log_legacy_key_once(sidechannel)
+            strip_sidechannel(body, sidechannel.key)
+        clips = await self._load(refs, shape)
+        if self.metrics is not None:
+            self.metrics.count_clips(len(side_refs), len(in_parts))
         try:
             for clip in clips:
                 self._check_length(clip)
             if split and self.chunker is not None and shape.chunkable and len(clips) == 1:
-                chunked = await self._split(body, shape, clips[0])
+                place = in_parts[0].place if in_parts else None
+                chunked = await self._split(body, shape, clips[0], place)
                 if chunked is not None:
                     await close_streams(clips)  # the pieces are what goes upstream
                     return chunked
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
-            shape.splice(body, parts)
+            parts = _splice(body, shape, parts, len(side_refs), in_parts)
             if shape.references and referable(clips, parts):
                 sizes = [base64_bytes(clip) for clip in clips]
                 return ReferencedBody.of(body, placeholders, parts, sizes)
@@ -212,15 +260,33 @@ class RewritePipeline:
             await close_streams(clips)
             raise
 
+    def part_clips(
+        self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
+    ) -> list[PartClip]:
+        """The content parts of `body` that name a clip, when this route and the
+        `[sidechannel] content_parts` switch read them; else none."""
+        if self.parts is None or not shape.content_parts:
+            return []
+        return part_clips(body.get("messages"), self.parts, params)
+
     async def _load(
         self, refs: tuple[InlineAudio | PathAudio, ...], shape: RouteShape
     ) -> list[LoadedClip]:
-        """The audio of every clip: each checked by its kind's policy, then read or cached."""
-        if isinstance(refs[0], InlineAudio):
-            return [refs[0]]
+        """The audio of every clip, in order: inline clips as they are, every path checked by
+        its kind's policy, then read or cached."""
+        paths = [ref for ref in refs if isinstance(ref, PathAudio)]
+        if not paths:
+            return list(refs)  # type: ignore[arg-type]  # all InlineAudio
+        loaded = await self._load_paths(paths, shape)
+        if len(paths) == len(refs):
+            return loaded
+        read = iter(loaded)
+        return [next(read) if isinstance(ref, PathAudio) else ref for ref in refs]
+
+    async def _load_paths(self, refs: list[PathAudio], shape: RouteShape) -> list[LoadedClip]:
         # input_audio has no URL form: there, objects go as bytes even in presigned mode.
         presigned = self.presigned and not shape.input_audio_parts
-        sources = await self.sources(refs, presigned=presigned)  # type: ignore[arg-type]
+        sources = await self.sources(refs, presigned=presigned)
         if len(sources) == 1:
             return [await self._loaded(sources[0])]
         results = await asyncio.gather(*map(self._loaded, sources), return_exceptions=True)
@@ -271,10 +337,11 @@ class RewritePipeline:
             raise
 
     async def _split(
-        self, body: dict[str, Any], shape: RouteShape, clip: LoadedClip
+        self, body: dict[str, Any], shape: RouteShape, clip: LoadedClip, place: Place | None
     ) -> ChunkedRequest | None:
         """The clip's pieces as one body each, or None when it is not long enough to split;
-        400 `chunking_unsupported` for a request whose answers cannot be merged."""
+        400 `chunking_unsupported` for a request whose answers cannot be merged. A clip from
+        a content part (at `place`) has each piece where the part stood."""
         assert self.chunker is not None
         found = await self.chunker.split(clip)
         if found is None:
@@ -294,7 +361,7 @@ class RewritePipeline:
             found.pieces,
             clip=f"{label} {given!r}",
             param=param,
-            splice=shape.splice,
+            splice=shape.splice if place is None else partial(_splice_at, place),
             part=lambda piece, placeholders: self._part(piece, shape, placeholders),
             release=found.close,
         )
@@ -346,3 +413,26 @@ class RewritePipeline:
                 sidechannel.param,
                 self.keys.name("audio_data"),
             )
+
+
+def _splice(
+    body: dict[str, Any],
+    shape: RouteShape,
+    parts: list[Part],
+    sidechannel: int,
+    in_parts: list[PartClip],
+) -> list[Part]:
+    """The parts into the body: the content parts' where they stand, then (so that their
+    places still hold) the sidechannel's as the route splices them. Returns the parts as
+    placed, in clip order."""
+    placed = parts[:sidechannel]
+    if in_parts:
+        places = [found.place for found in in_parts]
+        placed += splice_in_place(body, places, parts[sidechannel:])
+    if sidechannel:
+        shape.splice(body, parts[:sidechannel])
+    return placed
+
+
+def _splice_at(place: Place, body: dict[str, Any], parts: list[Part]) -> None:
+    splice_in_place(body, [place], parts)

@@ -1,11 +1,13 @@
 """Putting audio parts into a request body. Pure: takes the parsed body and the parts.
 
-Same semantics as NeMo Gym's vllm_model: the parts go at the front of the last user message,
-in clip order; text stays after them; without a user message one is appended.
+Same semantics as NeMo Gym's vllm_model: the sidechannel's parts go at the front of the last
+user message, in clip order; text stays after them; without a user message one is appended.
+A content part that named a clip is replaced where it stands (`splice_in_place`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import InvalidRequest
@@ -23,6 +25,27 @@ def splice_chat(body: dict[str, Any], parts: list[Part]) -> None:
             code="invalid_messages",
         )
     _into_last_user_message(messages, parts, "text", "messages")
+
+
+def splice_in_place(
+    body: dict[str, Any], places: Sequence[tuple[int, int]], parts: Sequence[Part]
+) -> list[Part]:
+    """Chat content parts replaced where they stand: `parts[k]` takes the place of
+    `messages[i].content[j]` for `places[k] == (i, j)`, keeping the keys of the old part that
+    the new one does not set (all but its `type` and `audio_url`). Returns the parts as placed
+    (the dicts now in the body)."""
+    messages = body["messages"]
+    placed = []
+    for (i, j), part in zip(places, parts, strict=True):
+        content = messages[i]["content"]
+        old = content[j]
+        kept = {key: value for key, value in old.items() if key not in _REPLACED_KEYS}
+        content[j] = new = {**kept, **part}
+        placed.append(new)
+    return placed
+
+
+_REPLACED_KEYS = frozenset({"type", "audio_url"})
 
 
 def splice_responses(body: dict[str, Any], parts: list[Part]) -> None:

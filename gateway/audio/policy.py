@@ -111,7 +111,7 @@ class PathPolicy:
         exist, `os.path.realpath` resolves what it can, so a missing file outside the roots
         still answers 403.
         """
-        path = ref.given
+        path = ref.location
         if not os.path.isabs(path):
             if not self.root:
                 raise InvalidRequest(

@@ -1,19 +1,21 @@
 """The Responses -> chat-completions bridge (`[responses] audio = "chat_bridge"`). Pure.
 
 vLLM 0.33's Responses API refuses every audio part, so a `/v1/responses` row carrying the
-audio sidechannel is sent to the upstream's `/v1/chat/completions` instead:
+audio sidechannel, or audio parts in its input, is sent to the upstream's
+`/v1/chat/completions` instead:
 
     request.py  Responses body -> chat body (+ the fields the answer echoes), or a 400
     answer.py   chat completion -> Responses object
     events.py   chat SSE chunks -> Responses stream events
 
 The I/O (sending, reading, streaming back) lives in `relay.py`.
-May import: `errors`; `relay.py` also `upstream`. Never the references or the pipeline.
+May import: `errors` and `naming` (what an audio part names); `relay.py` also `upstream`.
+Never the references or the pipeline.
 """
 
 from .answer import ResponseIds, chat_to_response
 from .events import ChatStreamTranslator, SSEDecoder, encode_event
-from .request import UNSUPPORTED, BridgedRequest, responses_to_chat
+from .request import UNSUPPORTED, BridgedRequest, carries_audio_parts, responses_to_chat
 
 __all__ = [
     "UNSUPPORTED",
@@ -21,6 +23,7 @@ __all__ = [
     "ChatStreamTranslator",
     "ResponseIds",
     "SSEDecoder",
+    "carries_audio_parts",
     "chat_to_response",
     "encode_event",
     "responses_to_chat",

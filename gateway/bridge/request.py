@@ -5,14 +5,22 @@ Every top-level field of a Responses body (the openai SDK's `ResponseCreateParam
 ignored because it cannot change the answer, or refused (400 `unsupported_by_audio_bridge`
 naming it). A key in none of them is refused too: nothing is dropped silently. A null value
 counts as absent, as it does for vLLM.
+
+Audio in the input goes across as chat parts, in place: an `input_audio` part as chat's own,
+an `input_file` naming an audio file by `file_url` (a path, see `naming.urls`) as an
+`audio_url` part the pipeline resolves, one holding an audio data URI in `file_data` as an
+`audio_url` data URI. Any other `input_file` is refused (400 naming `input[i].content[j]`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..naming.formats import MIME_BY_EXTENSION
+from ..naming.urls import MalformedFileURL, named_path
 
 UNSUPPORTED = "unsupported_by_audio_bridge"
 
@@ -99,6 +107,7 @@ REFUSED_FIELDS = frozenset(
 )
 ROLES = frozenset({"user", "system", "developer", "assistant"})
 TEXT_PART_TYPES = frozenset({"input_text", "output_text"})
+AUDIO_DATA_URI_PREFIX = "data:audio/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,8 @@ class BridgedRequest:
     chat: dict[str, Any]
     echo: dict[str, Any]
     stream: bool
+    # How errors name the chat parts made of `input_file` paths: (message, part) -> param.
+    part_params: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def unsupported(param: str, reason: str) -> InvalidRequest:
@@ -126,7 +137,8 @@ def responses_to_chat(body: dict[str, Any]) -> BridgedRequest:
     for key, value in present.items():
         _check_field(key, value)
     chat: dict[str, Any] = {k: v for k, v in present.items() if k in CARRIED_FIELDS}
-    chat["messages"] = _messages(present.get("instructions"), body.get("input"))
+    part_params: dict[tuple[int, int], str] = {}
+    chat["messages"] = _messages(present.get("instructions"), body.get("input"), part_params)
     if "max_output_tokens" in present:
         chat["max_tokens"] = present["max_output_tokens"]
     stream = present.get("stream", False)
@@ -143,7 +155,7 @@ def responses_to_chat(body: dict[str, Any]) -> BridgedRequest:
         raise unsupported("truncation", "only 'auto' or 'disabled' is supported")
     if truncation == "auto":
         chat["truncate_prompt_tokens"] = -1  # what vLLM's Responses route does for "auto"
-    return BridgedRequest(chat, _echo(present), stream)
+    return BridgedRequest(chat, _echo(present), stream, part_params)
 
 
 def _check_field(key: str, value: Any) -> None:
@@ -159,7 +171,49 @@ def _check_field(key: str, value: Any) -> None:
     raise unsupported(key, "not a Responses field the bridge knows")
 
 
-def _messages(instructions: Any, items: Any) -> list[dict[str, Any]]:
+def carries_audio_parts(body: dict[str, Any]) -> bool:
+    """Whether a Responses body's input holds audio the bridge carries: an `input_audio`
+    part, or an `input_file` naming an audio file or holding an audio data URI."""
+    items = body.get("input")
+    if type(items) is not list:
+        return False
+    for item in items:
+        content = item.get("content") if type(item) is dict else None
+        if type(content) is list and any(_is_audio_part(part) for part in content):
+            return True
+    return False
+
+
+def _is_audio_part(part: Any) -> bool:
+    if type(part) is not dict:
+        return False
+    kind = part.get("type")
+    if kind == "input_audio":
+        return True
+    return kind == "input_file" and _audio_file_url(part) is not None
+
+
+def _audio_file_url(part: dict[str, Any]) -> str | None:
+    """The URL an audio `input_file` becomes in chat (its path or its data URI), or None."""
+    data = part.get("file_data")
+    if type(data) is str and data[: len(AUDIO_DATA_URI_PREFIX)].lower() == AUDIO_DATA_URI_PREFIX:
+        return data
+    url = part.get("file_url")
+    if type(url) is not str:
+        return None
+    try:
+        path = named_path(url)
+    except MalformedFileURL:
+        path = url  # still a file URL: the pipeline refuses it by name
+    if path is None or os.path.splitext(path)[1].lower() not in MIME_BY_EXTENSION:
+        return None
+    return url
+
+
+Params = dict[tuple[int, int], str]
+
+
+def _messages(instructions: Any, items: Any, part_params: Params) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if instructions is not None:
         if not isinstance(instructions, str):
@@ -173,10 +227,12 @@ def _messages(instructions: Any, items: Any) -> list[dict[str, Any]]:
         raise InvalidRequest(
             "input must be a string or a list of items", param="input", code="invalid_input"
         )
-    return messages + [_message(item, f"input[{index}]") for index, item in enumerate(items)]
+    for index, item in enumerate(items):
+        messages.append(_message(item, f"input[{index}]", len(messages), part_params))
+    return messages
 
 
-def _message(item: Any, path: str) -> dict[str, Any]:
+def _message(item: Any, path: str, number: int, part_params: Params) -> dict[str, Any]:
     if not isinstance(item, dict):
         raise InvalidRequest(f"{path} must be an object", param=path, code="invalid_input")
     kind = item.get("type", "message")
@@ -185,21 +241,59 @@ def _message(item: Any, path: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ROLES:
         raise unsupported(f"{path}.role", f"role {role!r} is not supported")
-    return {"role": role, "content": _content(item.get("content"), f"{path}.content")}
+    content = _content(item.get("content"), f"{path}.content", number, part_params)
+    return {"role": role, "content": content}
 
 
-def _content(content: Any, path: str) -> str | list[dict[str, Any]]:
+def _content(
+    content: Any, path: str, number: int, part_params: Params
+) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise InvalidRequest(
             f"{path} must be a string or a list of parts", param=path, code="invalid_content"
         )
-    return [_text_part(part, f"{path}[{index}]") for index, part in enumerate(content)]
+    parts = []
+    for index, part in enumerate(content):
+        part_path = f"{path}[{index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "input_file":
+            parts.append(_file_part(part, part_path))
+            if type(part.get("file_data")) is not str:  # a path: the pipeline names it so
+                part_params[(number, index)] = f"{part_path}.file_url"
+        elif kind == "input_audio":
+            parts.append(_audio_part(part, part_path))
+        else:
+            parts.append(_text_part(part, part_path, kind))
+    return parts
 
 
-def _text_part(part: Any, path: str) -> dict[str, Any]:
-    kind = part.get("type") if isinstance(part, dict) else None
+def _file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
+    """An audio `input_file` as a chat `audio_url` part; any other file is refused."""
+    url = _audio_file_url(part)
+    if url is None:
+        raise unsupported(
+            path,
+            "only an input_file naming an audio file (file_url: a path, file:// or s3:// "
+            "URL) or holding an audio data URI (file_data: data:audio/...) is supported",
+        )
+    return {"type": "audio_url", "audio_url": {"url": url}}
+
+
+def _audio_part(part: dict[str, Any], path: str) -> dict[str, Any]:
+    """An `input_audio` part is chat's own: its base64 and format go across as they are."""
+    audio = part.get("input_audio")
+    if type(audio) is not dict or not {"data", "format"} <= set(audio):
+        raise InvalidRequest(
+            f"{path}.input_audio must be an object with data and format",
+            param=f"{path}.input_audio",
+            code="invalid_content",
+        )
+    return {"type": "input_audio", "input_audio": audio}
+
+
+def _text_part(part: Any, path: str, kind: Any) -> dict[str, Any]:
     if kind not in TEXT_PART_TYPES:
         raise unsupported(f"{path}.type", f"content parts of type {kind!r} are not supported")
     text = part.get("text")

@@ -117,15 +117,15 @@ class ObjectPolicy:
     def claims(self, ref: PathAudio) -> bool:
         """Whether `ref` names an object: an object URL, or a relative path under an object
         root. Other URLs are claimed too, so that `resolve` refuses them by name."""
-        if url_scheme(ref.given) is not None:
+        if url_scheme(ref.location) is not None:
             return True
-        return self.root is not None and not os.path.isabs(ref.given)
+        return self.root is not None and not os.path.isabs(ref.location)
 
     def resolve(self, ref: PathAudio) -> ObjectName:
         """The object `ref` names; 400 for a malformed name, 403 outside every allowed prefix
         (decided on the name alone, so the answer does not depend on the object existing)."""
         try:
-            name = self._name(ref.given)
+            name = self._name(ref.location)
         except MalformedName as exc:
             raise InvalidRequest(
                 f"{ref.label}: {ref.given!r} {exc}",

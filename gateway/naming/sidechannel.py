@@ -54,6 +54,14 @@ class PathAudio:
     param: str  # the sidechannel key, e.g. "metadata.audio_paths"
     label: str  # the key with the list index, for messages: "metadata.audio_paths[2]"
     claimed_mime: str
+    # What the file system or object store reads when it is not `given` as written: the
+    # decoded path of a content part's file:// URL.
+    path: str = ""
+
+    @property
+    def location(self) -> str:
+        """The path (or object URL) to read: `path`, else `given`."""
+        return self.path or self.given
 
 
 @dataclass(frozen=True, slots=True)

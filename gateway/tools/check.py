@@ -32,13 +32,16 @@ from ..audio.policy import PathPolicy, ResolvedClip
 from ..audio.sources.objects import ObjectClip
 from ..config import Config
 from ..errors import GatewayError
+from ..naming.content_parts import check_clip_count, part_clips
 from ..naming.formats import SNIFF_BYTES, checked_mime, input_audio_format
 from ..naming.sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
+from ..pipeline import RouteShape, content_part_roots
 from .jsonl import Line
 from .objects import ObjectChecks
 from .results import CheckedRow, ClipFacts, RowError
 from .rows import (
     RowRequest,
+    carries_audio,
     parse_row,
     request_too_large,
     route_shape,
@@ -70,6 +73,7 @@ class _Prepared:
     input_audio_fix: str | None = None  # the route's parts name a format: how to avoid that
     inline: list[ClipFacts] = field(default_factory=list)
     later_error: GatewayError | None = None  # part format or splice: after the file checks
+    audio: bool = False  # the row names audio (known before its first error, if any)
 
 
 class _PathFailure(Exception):
@@ -89,6 +93,7 @@ class RowChecker:
         self.policy = policy
         self.objects = objects or ObjectChecks(config)
         self.keys = SidechannelKeys(config.sidechannel.key_prefix)
+        self.part_roots = content_part_roots(config)
         self._heads: dict[tuple[str, int, int], _Head] = {}
 
     def close(self) -> None:
@@ -101,7 +106,7 @@ class RowChecker:
             self._prepare(prepared)
         except GatewayError as error:
             found = prepared.request
-            has_audio = found is not None and self.keys.carries(found.request)
+            has_audio = prepared.audio or (found is not None and self.keys.carries(found.request))
             prepared.done = CheckedRow(line, has_audio, error=self._error(prepared, error))
         return prepared
 
@@ -181,20 +186,48 @@ class RowChecker:
             if too_large is not None:
                 raise too_large
         audio = self.config.audio
-        if self.keys.carries(found.request):
-            found = dataclasses.replace(found, request=served_request(found, self.config))
+        params: dict[tuple[int, int], str] = {}
+        if carries_audio(found, self.config, self.keys):
+            prepared.audio = True
+            request, params = served_request(found, self.config)
+            found = dataclasses.replace(found, request=request)
         sidechannel = self.keys.read(found.request, audio.max_clips, audio.max_file_bytes)
-        if sidechannel is None:
-            prepared.done = CheckedRow(line, False)
-            return
         shape = route_shape(found, self.config)
+        in_parts = self._part_refs(prepared, found, shape, params)
+        if sidechannel is None and not in_parts:
+            prepared.done = CheckedRow(line, prepared.audio)
+            return
+        clips = (*(sidechannel.clips if sidechannel else ()), *in_parts)
+        side_key = sidechannel.param if sidechannel is not None else None
+        check_clip_count([c.param for c in clips], len(in_parts), side_key, audio.max_clips)
         prepared.input_audio_fix = shape.input_audio_fix if shape.input_audio_parts else None
-        for clip in sidechannel.clips:
+        for clip in clips:
             if isinstance(clip, PathAudio):
                 prepared.refs.append(clip)
             else:
                 prepared.inline.append(self._inline_facts(clip, found.prefix))
-        prepared.later_error = self._splice_error(found, sidechannel.clips)
+        if sidechannel is not None:
+            prepared.later_error = self._splice_error(found, sidechannel.clips)
+
+    def _part_refs(
+        self,
+        prepared: _Prepared,
+        found: RowRequest,
+        shape: RouteShape,
+        params: dict[tuple[int, int], str],
+    ) -> list[PathAudio]:
+        """The row's content parts naming paths, as the server reads them."""
+        if self.part_roots is None or not shape.content_parts:
+            return []
+        try:
+            refs = [
+                c.ref for c in part_clips(found.request.get("messages"), self.part_roots, params)
+            ]
+        except GatewayError:
+            prepared.audio = True
+            raise
+        prepared.audio = prepared.audio or bool(refs)
+        return refs
 
     def _inline_facts(self, clip: InlineAudio, prefix: str) -> ClipFacts:
         size = base64_decoded_size(clip.uri, clip.payload_start)

@@ -103,10 +103,12 @@ async def convert_file(
 
 async def _pipeline(config: Config) -> RewritePipeline:
     """The server's pipeline for `config`: its path policy, object sources and splice, with
-    a smaller cache."""
+    a smaller cache. Content parts naming paths are left as they are (a path part is already
+    the form that needs no sidechannel): only the sidechannel is converted."""
     cache = config.cache.model_copy(
         update={"max_bytes": min(config.cache.max_bytes, TOOLS_CACHE_BYTES)}
     )
+    config = config.with_overrides(sidechannel={"content_parts": "pass"})
     return await build_pipeline(config, GatewayMetrics(), cache)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..bridge import responses_to_chat
+from ..bridge import carries_audio_parts, responses_to_chat
 from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
 from ..naming.sidechannel import SidechannelKeys
@@ -63,10 +63,24 @@ def bridged(found: RowRequest, config: Config) -> bool:
     return found.route == "responses" and config.responses.audio == "chat_bridge"
 
 
-def served_request(found: RowRequest, config: Config) -> dict[str, Any]:
-    """The body the server's audio pipeline works on: a bridged Responses row becomes its chat
-    body (a 400 `unsupported_by_audio_bridge` as the server answers), any other row is itself."""
-    return responses_to_chat(found.request).chat if bridged(found, config) else found.request
+def carries_audio(found: RowRequest, config: Config, keys: SidechannelKeys) -> bool:
+    """Whether the server reads this row's audio before its body goes on: the sidechannel, or
+    (a bridged Responses row) audio parts in its input. Chat path parts are found later."""
+    if keys.carries(found.request):
+        return True
+    return bridged(found, config) and carries_audio_parts(found.request)
+
+
+def served_request(
+    found: RowRequest, config: Config
+) -> tuple[dict[str, Any], dict[tuple[int, int], str]]:
+    """The body the server's audio pipeline works on, and how its content parts are named in
+    errors: a bridged Responses row becomes its chat body (a 400 `unsupported_by_audio_bridge`
+    as the server answers), any other row is itself."""
+    if not bridged(found, config):
+        return found.request, {}
+    chat = responses_to_chat(found.request)
+    return chat.chat, chat.part_params
 
 
 def route_shape(found: RowRequest, config: Config, *, bridge: bool = True) -> RouteShape:

@@ -44,18 +44,25 @@ class Placeholders:
         """Serialise `body` and put each placeholder's segments where its token stands; the
         placeholders numbered in `skip` were taken out of `body` (a clip sent by reference)."""
         text = msgspec.json.encode(body)
-        out: list[Segment] = []
-        position = 0
+        # Tokens are found wherever they stand: a clip's place in the body need not follow
+        # its number (content parts in earlier messages come before the sidechannel's).
+        spots = []
         for index, (lead, segments) in enumerate(self._fills):
             if index in skip:
                 continue
             token = f'"{self._prefix}{index}@@"'.encode()
-            at = text.find(token, position)
+            at = text.find(token)
             if at < 0:
                 raise RuntimeError(f"placeholder {index} vanished from the spliced body")
+            spots.append((at, len(token), lead, segments))
+        if len(spots) > 1:
+            spots.sort(key=lambda spot: spot[0])
+        out: list[Segment] = []
+        position = 0
+        for at, size, lead, segments in spots:
             out.append(text[position : at + 1] + lead)  # up to and with the opening quote
             out.extend(segments)
-            position = at + len(token) - 1  # the closing quote starts the next text segment
+            position = at + size - 1  # the closing quote starts the next text segment
         out.append(text[position:])
         return out
 
