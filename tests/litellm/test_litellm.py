@@ -26,13 +26,17 @@ import openai
 import pytest
 
 from tests.conftest import parse_metrics
-from tests.litellm.conftest import Deployment
+from tests.litellm.conftest import LITELLM_READY_SECONDS, Deployment
 from tests.litellm.venv import require_litellm
 
 require_litellm()  # a one-line skip without LiteLLM's venv (a failure under CI=true)
 
+# The first test also waits for the session's chain to start (LiteLLM's start-up dominates).
+pytestmark = pytest.mark.timeout(LITELLM_READY_SECONDS + 120)
+
 PROMPT = {"type": "text", "text": "Transcribe the audio."}
 HTTP_SECONDS = 60.0
+ATTEMPTS = 3  # LiteLLM's router tries a request num_retries + 1 times (its default: 2 + 1)
 
 
 def client_of(deployment: Deployment) -> openai.OpenAI:
@@ -186,12 +190,15 @@ def test_a_path_outside_the_roots_comes_back_as_403_with_its_url_redacted(
     assert error.body["type"] == "permission_error", error.body
     assert "file://REDACTED" in error.body["message"], error.body
     assert str(outside) not in error.body["message"], error.body
-    assert requests_seen(deployment.gateway_url, "chat_completions", 403) == refused + 1
-    assert len(upstream_bodies(deployment)) == sent  # nothing went upstream
+    # LiteLLM takes the 403 for a transient APIError and tries twice more (num_retries = 2):
+    # the gateway refuses each attempt, and none reaches the upstream.
+    assert requests_seen(deployment.gateway_url, "chat_completions", 403) == refused + ATTEMPTS
+    assert len(upstream_bodies(deployment)) == sent
 
 
 def test_an_upstream_400_comes_back_as_400(deployment: Deployment) -> None:
     not_audio = "data:audio/wav;base64," + base64.b64encode(b"not a wav file").decode()
+    sent = len(upstream_bodies(deployment))
     with pytest.raises(openai.BadRequestError) as caught:
         chat(deployment, [audio_url(not_audio), PROMPT])
     assert caught.value.status_code == 400
@@ -199,6 +206,7 @@ def test_an_upstream_400_comes_back_as_400(deployment: Deployment) -> None:
     # LiteLLM's own type for a 400; the upstream's message is quoted in its own.
     assert caught.value.body["type"] == "invalid_request_error", caught.value.body
     assert "failed to decode audio" in caught.value.body["message"], caught.value.body
+    assert len(upstream_bodies(deployment)) == sent + 1  # a 400 is not retried
 
 
 def test_a_responses_path_outside_the_roots_comes_back_as_403(deployment: Deployment) -> None:
@@ -217,12 +225,13 @@ def test_after_a_5xx_the_only_deployment_is_tried_again(deployment: Deployment) 
     """The gateway's 502 (its upstream is down) reaches the client each time: with cooldowns
     disabled LiteLLM does not answer 429 for the deployment it just saw fail."""
     seen = requests_seen(deployment.down_gateway_url, "chat_completions", 502)
-    for attempt in range(1, 3):
+    for request in range(1, 3):
         with pytest.raises(openai.APIStatusError) as caught:
             chat(deployment, [PROMPT], model=deployment.down_model)
-        assert caught.value.status_code == 502, (attempt, caught.value.body)
-        assert requests_seen(deployment.down_gateway_url, "chat_completions", 502) > seen
-        seen = requests_seen(deployment.down_gateway_url, "chat_completions", 502)
+        assert caught.value.status_code == 502, (request, caught.value.body)
+        assert requests_seen(deployment.down_gateway_url, "chat_completions", 502) == (
+            seen + request * ATTEMPTS
+        )
 
 
 # --- start-up and keys ----------------------------------------------------------------------------
