@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import yaml
 
 from gateway.audio.samples import write_tone
 from tests.litellm import recipe
-from tests.litellm.processes import Server, free_port, running
+from tests.litellm.processes import LOG_TAIL_LINES, Server, free_port, running
 from tests.litellm.venv import require_litellm
 
 STUB_READY_SECONDS = 60.0  # guards against hangs on a loaded machine, never assertions
@@ -181,7 +181,7 @@ def litellm_executable() -> Path:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[None] | Any:
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failed test's report carries the tail of each server's log (LiteLLM's first)."""
     report = yield
     deployment = getattr(item, "funcargs", {}).get("deployment")
@@ -189,6 +189,6 @@ def pytest_runtest_makereport(
         home = deployment.body_log.parent
         for name in ("litellm", "gateway", "gateway-down", "stub"):
             log = home / f"{name}.log"
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
             report.sections.append((f"{name}.log (tail)", tail))
     return report

@@ -62,10 +62,8 @@ class Server:
         group = self.process.pid  # start_new_session: the leader's pid is the group id
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            pass
         # Children that outlive the leader still carry the group id.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -60,9 +61,7 @@ def chat(
         if not stream:
             completion = client.chat.completions.create(model=name, messages=messages, **extra)
             return completion.choices[0].message.content or ""
-        chunks = client.chat.completions.create(
-            model=name, messages=messages, stream=True, **extra
-        )
+        chunks = client.chat.completions.create(model=name, messages=messages, stream=True, **extra)
         with chunks:
             return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
@@ -116,6 +115,22 @@ def post_to_gateway(deployment: Deployment, body: dict[str, Any]) -> dict[str, A
     with urllib.request.urlopen(request, timeout=HTTP_SECONDS) as response:
         answer: dict[str, Any] = json.load(response)
         return answer
+
+
+def gateway_error_through_litellm(
+    exc: openai.APIStatusError, status: int, litellm_type: str
+) -> dict[str, Any]:
+    """What LiteLLM's client gets for a gateway error: the gateway's status, LiteLLM's own
+    `type` for it, `code` the status as a string, `param` null, and the gateway's whole error
+    object quoted in `message` (returned, parsed)."""
+    assert exc.status_code == status, exc.body
+    body = exc.body
+    assert isinstance(body, dict), body
+    assert (body["type"], body["code"], body["param"]) == (litellm_type, str(status), None), body
+    quoted = re.search(r'(\{"error": ?\{.*\}\})', body["message"])
+    assert quoted, body
+    error: dict[str, Any] = json.loads(quoted[1])["error"]
+    return error
 
 
 # --- what reaches the gateway --------------------------------------------------------------------
@@ -184,12 +199,11 @@ def test_a_path_outside_the_roots_comes_back_as_403_with_its_url_redacted(
     refused = requests_seen(deployment.gateway_url, "chat_completions", 403)
     with pytest.raises(openai.PermissionDeniedError) as caught:
         chat(deployment, [audio_url(outside.as_uri()), PROMPT], stream=stream)
-    error = caught.value
-    assert error.status_code == 403
-    assert isinstance(error.body, dict), error.body
-    assert error.body["type"] == "permission_error", error.body
-    assert "file://REDACTED" in error.body["message"], error.body
-    assert str(outside) not in error.body["message"], error.body
+    error = gateway_error_through_litellm(caught.value, 403, "permission_error")
+    assert error["param"] == "messages[0].content[0].audio_url.url", error
+    assert error["code"] == "audio_path_forbidden", error
+    assert error["message"].startswith("messages[0].content[0].audio_url.url: 'file://REDACTED'")
+    assert str(outside) not in str(caught.value.body)
     # LiteLLM takes the 403 for a transient APIError and tries twice more (num_retries = 2):
     # the gateway refuses each attempt, and none reaches the upstream.
     assert requests_seen(deployment.gateway_url, "chat_completions", 403) == refused + ATTEMPTS
@@ -201,11 +215,8 @@ def test_an_upstream_400_comes_back_as_400(deployment: Deployment) -> None:
     sent = len(upstream_bodies(deployment))
     with pytest.raises(openai.BadRequestError) as caught:
         chat(deployment, [audio_url(not_audio), PROMPT])
-    assert caught.value.status_code == 400
-    assert isinstance(caught.value.body, dict), caught.value.body
-    # LiteLLM's own type for a 400; the upstream's message is quoted in its own.
-    assert caught.value.body["type"] == "invalid_request_error", caught.value.body
-    assert "failed to decode audio" in caught.value.body["message"], caught.value.body
+    error = gateway_error_through_litellm(caught.value, 400, "invalid_request_error")
+    assert "failed to decode audio" in error["message"], error  # vLLM's, relayed by the gateway
     assert len(upstream_bodies(deployment)) == sent + 1  # a 400 is not retried
 
 
@@ -214,10 +225,9 @@ def test_a_responses_path_outside_the_roots_comes_back_as_403(deployment: Deploy
     sent = len(upstream_bodies(deployment))
     with pytest.raises(openai.PermissionDeniedError) as caught:
         respond(deployment, "Transcribe the audio.", metadata={"audio_path": str(outside)})
-    error = caught.value
-    assert error.status_code == 403
-    assert isinstance(error.body, dict), error.body
-    assert error.body["type"] == "permission_error", error.body
+    error = gateway_error_through_litellm(caught.value, 403, "permission_error")
+    assert (error["param"], error["code"]) == ("metadata.audio_path", "audio_path_forbidden")
+    assert "'REDACTED'" in error["message"], error  # LiteLLM redacts absolute paths too
     assert len(upstream_bodies(deployment)) == sent  # nothing went upstream
 
 
@@ -228,7 +238,8 @@ def test_after_a_5xx_the_only_deployment_is_tried_again(deployment: Deployment) 
     for request in range(1, 3):
         with pytest.raises(openai.APIStatusError) as caught:
             chat(deployment, [PROMPT], model=deployment.down_model)
-        assert caught.value.status_code == 502, (request, caught.value.body)
+        error = gateway_error_through_litellm(caught.value, 502, "internal_server_error")
+        assert error["code"] == "upstream_unreachable", (request, error)
         assert requests_seen(deployment.down_gateway_url, "chat_completions", 502) == (
             seen + request * ATTEMPTS
         )
@@ -243,4 +254,5 @@ def test_litellm_lists_the_models_at_start_with_the_gateways_key(deployment: Dep
     request = urllib.request.Request(f"{deployment.gateway_url}/v1/models")
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=HTTP_SECONDS)
+    caught.value.close()
     assert caught.value.code == 401  # the key LiteLLM sent is what let it in
