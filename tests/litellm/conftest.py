@@ -71,7 +71,8 @@ def audio_root(litellm_home: Path) -> Path:
 def _python_env() -> dict[str, str]:
     """This interpreter's environment, with the repository importable by its children."""
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{recipe.REPO_ROOT}{os.pathsep}{path}" if path else ""}
+    root = str(recipe.REPO_ROOT)
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,9 @@ GUIDE = REPO_ROOT / "docs" / "guides" / "litellm.md"
 LITELLM_CONFIG_TITLE = "litellm.yaml"
 GATEWAY_CONFIG_TITLE = "gateway.toml"
 START_TITLE = "start LiteLLM"
+GATEWAY_START_TITLE = "start the gateway"
+# How the suite starts each gateway (its key in the variable the page names, then `serve`).
+GATEWAY_START = "AUDIO_GATEWAY_API_KEYS=$GATEWAY_API_KEY audio-gateway serve --config gateway.toml"
 # The variables a run sets itself (a fresh secret, the gateway it started); every other
 # `export` of the start block is taken as the page writes it.
 RUN_CHOSEN = frozenset({"LITELLM_MASTER_KEY", "GATEWAY_API_BASE", "GATEWAY_API_KEY"})

@@ -102,6 +102,12 @@ def requests_seen(url: str, route: str, status: int) -> float:
     return metrics_of(url).get(name, 0.0)
 
 
+def clips_seen(deployment: Deployment, carrier: str) -> float:
+    """The gateway's clips resolved so far, by carrier (sidechannel, content_part)."""
+    name = f'audio_gateway_clips_total{{carrier="{carrier}"}}'
+    return metrics_of(deployment.gateway_url).get(name, 0.0)
+
+
 def post_to_gateway(deployment: Deployment, body: dict[str, Any]) -> dict[str, Any]:
     """A chat request straight to the gateway (with its key), not through LiteLLM."""
     request = urllib.request.Request(
@@ -143,11 +149,13 @@ def test_chat_metadata_audio_path_does_not_reach_the_gateway(
     metadata = {"audio_path": "a.wav", "note": "any other key the gateway would forward"}
     sent = len(upstream_bodies(deployment))
     chats = requests_seen(deployment.gateway_url, "chat_completions", 200)
+    clips = clips_seen(deployment, "sidechannel")
     assert chat(deployment, "Transcribe the audio.", stream=stream, metadata=metadata) == "no audio"
     [body] = upstream_bodies(deployment)[sent:]
     assert "metadata" not in body, body
     assert body["messages"] == [{"role": "user", "content": "Transcribe the audio."}]
     assert requests_seen(deployment.gateway_url, "chat_completions", 200) == chats + 1
+    assert clips_seen(deployment, "sidechannel") == clips
     # The same request straight to the gateway: the clip is spliced and the other key forwarded.
     direct = {"model": deployment.model, "messages": body["messages"], "metadata": metadata}
     answer = post_to_gateway(deployment, direct)
@@ -163,8 +171,10 @@ def test_a_path_in_a_content_part_reaches_the_gateway_and_is_spliced(
     clip = deployment.audio_root / "b.wav"
     url = clip.as_uri() if spelling == "file_url" else clip.name
     sent = len(upstream_bodies(deployment))
+    clips = clips_seen(deployment, "content_part")
     answer = chat(deployment, [audio_url(url), PROMPT], stream=stream)
     assert heard(clip) in answer, answer
+    assert clips_seen(deployment, "content_part") == clips + 1
     [body] = upstream_bodies(deployment)[sent:]
     assert body["messages"][0]["content"] == [audio_url(data_uri(clip)), PROMPT]
 

@@ -38,6 +38,11 @@ def test_the_start_block_exports_what_the_suite_sets_and_starts_litellm_on_loopb
                     "--port", "4001"]  # fmt: skip
 
 
+def test_the_gateway_starts_as_the_suite_starts_it() -> None:
+    lines = recipe.blocks()[recipe.GATEWAY_START_TITLE].splitlines()
+    assert recipe.GATEWAY_START in lines, lines
+
+
 def test_the_lock_pins_the_one_litellm_every_file_hashed() -> None:
     text = LOCK.read_text()
     pins = dict(re.findall(r"^([a-z0-9][a-z0-9._-]*)==(\S+) \\$", text, re.MULTILINE))
