@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from .naming.content_parts import PartRoots
 from .naming.object_names import MalformedName, ObjectPrefix, is_object_url, parse_prefix
 from .naming.sidechannel import KEY_PREFIX_PATTERN
 from .origin import OriginError, UpstreamOrigin, parse_origin
@@ -314,6 +315,13 @@ class Config(_Section):
                 "splice.remote = 'presigned_url'"
             )
         return self
+
+    def content_part_roots(self) -> PartRoots | None:
+        """What the roots let chat content parts name; None with `[sidechannel]
+        content_parts = "pass"` (the parts are not read at all)."""
+        if self.sidechannel.content_parts != "resolve":
+            return None
+        return PartRoots(any_root=self.audio.has_root(), relative_root=bool(self.audio.root))
 
     def with_overrides(self, **sections: dict[str, Any]) -> Config:
         """A copy with some keys replaced, validated like the file (used by CLI flags)."""

@@ -53,7 +53,7 @@ from .naming.sidechannel import (
     strip_sidechannel,
 )
 from .references.body import ReferencedBody
-from .splice import Part, splice_chat, splice_in_place, splice_responses
+from .splice import Part, splice_chat, splice_clips, splice_in_place, splice_responses
 from .upstream.body import Placeholders, SegmentedPayload
 
 if TYPE_CHECKING:  # imported when chunking is on (numpy, libsndfile)
@@ -131,7 +131,7 @@ async def build_pipeline(
         from .chunking import Chunker
 
         chunker = Chunker(config.chunking, store, config.audio)
-    parts = content_part_roots(config)
+    parts = config.content_part_roots()
     return RewritePipeline(
         config.splice,
         config.audio,
@@ -143,14 +143,6 @@ async def build_pipeline(
         parts=parts,
         metrics=metrics,
     )
-
-
-def content_part_roots(config: Config) -> PartRoots | None:
-    """What the roots let content parts name; None with `[sidechannel] content_parts = "pass"`
-    (the parts are not read at all)."""
-    if config.sidechannel.content_parts != "resolve":
-        return None
-    return PartRoots(any_root=config.audio.has_root(), relative_root=bool(config.audio.root))
 
 
 class RewritePipeline:
@@ -229,17 +221,10 @@ class RewritePipeline:
         in_parts = self.part_clips(body, shape, part_params)
         if sidechannel is None and not in_parts:
             return raw
-        side_refs = sidechannel.clips if sidechannel is not None else ()
-        refs = (*side_refs, *(found.ref for found in in_parts))
-        side_key = sidechannel.param if sidechannel is not None else None
-        check_clip_count([ref.param for ref in refs], len(in_parts), side_key, self.max_clips)
-        if sidechannel is not None:
-            if sidechannel.kind == LEGACY_INLINE_KEY:
-                self._log_legacy_key_once(sidechannel)
-            strip_sidechannel(body, sidechannel.key)
+        refs = self._take(body, sidechannel, in_parts)
         clips = await self._load(refs, shape)
         if self.metrics is not None:
-            self.metrics.count_clips(len(side_refs), len(in_parts))
+            self.metrics.count_clips(len(refs) - len(in_parts), len(in_parts))
         try:
             for clip in clips:
                 self._check_length(clip)
@@ -251,8 +236,11 @@ class RewritePipeline:
                     return chunked
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
-            parts = _splice(body, shape, parts, len(side_refs), in_parts)
-            if shape.references and referable(clips, parts):
+            # The gateway's own parts decide whether the clips may go by reference: a uuid a
+            # client put on its path part is kept, but never makes its clip go by reference.
+            by_reference = shape.references and referable(clips, parts)
+            parts = splice_clips(body, shape.splice, parts, [found.place for found in in_parts])
+            if by_reference:
                 sizes = [base64_bytes(clip) for clip in clips]
                 return ReferencedBody.of(body, placeholders, parts, sizes)
             return SegmentedPayload(placeholders.render(body))
@@ -268,6 +256,21 @@ class RewritePipeline:
         if self.parts is None or not shape.content_parts:
             return []
         return part_clips(body.get("messages"), self.parts, params)
+
+    def _take(
+        self, body: dict[str, Any], sidechannel: Sidechannel | None, in_parts: list[PartClip]
+    ) -> tuple[InlineAudio | PathAudio, ...]:
+        """Every clip the request names, in clip order (the sidechannel's, then the parts'),
+        held to `audio.max_clips`; the sidechannel is taken out of the body."""
+        side_refs = sidechannel.clips if sidechannel is not None else ()
+        refs = (*side_refs, *(found.ref for found in in_parts))
+        side_key = sidechannel.param if sidechannel is not None else None
+        check_clip_count([ref.param for ref in refs], len(in_parts), side_key, self.max_clips)
+        if sidechannel is not None:
+            if sidechannel.kind == LEGACY_INLINE_KEY:
+                self._log_legacy_key_once(sidechannel)
+            strip_sidechannel(body, sidechannel.key)
+        return refs
 
     async def _load(
         self, refs: tuple[InlineAudio | PathAudio, ...], shape: RouteShape
@@ -413,25 +416,6 @@ class RewritePipeline:
                 sidechannel.param,
                 self.keys.name("audio_data"),
             )
-
-
-def _splice(
-    body: dict[str, Any],
-    shape: RouteShape,
-    parts: list[Part],
-    sidechannel: int,
-    in_parts: list[PartClip],
-) -> list[Part]:
-    """The parts into the body: the content parts' where they stand, then (so that their
-    places still hold) the sidechannel's as the route splices them. Returns the parts as
-    placed, in clip order."""
-    placed = parts[:sidechannel]
-    if in_parts:
-        places = [found.place for found in in_parts]
-        placed += splice_in_place(body, places, parts[sidechannel:])
-    if sidechannel:
-        shape.splice(body, parts[:sidechannel])
-    return placed
 
 
 def _splice_at(place: Place, body: dict[str, Any], parts: list[Part]) -> None:

@@ -7,7 +7,7 @@ A content part that named a clip is replaced where it stands (`splice_in_place`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import InvalidRequest
@@ -25,6 +25,24 @@ def splice_chat(body: dict[str, Any], parts: list[Part]) -> None:
             code="invalid_messages",
         )
     _into_last_user_message(messages, parts, "text", "messages")
+
+
+def splice_clips(
+    body: dict[str, Any],
+    splice: Callable[[dict[str, Any], list[Part]], None],
+    parts: list[Part],
+    places: Sequence[tuple[int, int]],
+) -> list[Part]:
+    """A request's clip parts into its body: the last `len(places)` (content parts' clips)
+    where their parts stand, then, so that those places still hold, the others (the
+    sidechannel's) as the route's `splice` puts them. Returns the parts as placed."""
+    sidechannel = len(parts) - len(places)
+    placed = parts[:sidechannel]
+    if places:
+        placed += splice_in_place(body, places, parts[sidechannel:])
+    if sidechannel:
+        splice(body, parts[:sidechannel])
+    return placed
 
 
 def splice_in_place(

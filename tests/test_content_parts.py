@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.audio.samples import write_tone
+from gateway.config import ConfigError, validate_config
 from gateway.stub_upstream import StubState
 from tests.conftest import (
     GatewayFactory,
@@ -322,3 +323,53 @@ async def test_the_openai_sdk_sends_file_urls_as_nemo_skills_does(
         )
     assert answer.choices[0].message.content
     assert sent_messages(stub)[0]["content"][0] == audio_part(audio_dir / "b.wav")
+
+
+def test_a_bad_switch_value_names_the_key() -> None:
+    with pytest.raises(
+        ConfigError, match=r"sidechannel\.content_parts: Input should be 'resolve' or 'pass'"
+    ):
+        validate_config({"sidechannel": {"content_parts": "maybe"}})
+
+
+async def test_a_client_uuid_never_sends_a_clip_by_reference(
+    make_gateway: GatewayFactory, audio_dir: Path, stub: StubState
+) -> None:
+    """In reference mode the gateway's uuid (the sha256 of the bytes) replaces the client's."""
+    client = await make_gateway(splice={"repeats": "reference"})
+    body = chat([url_part("a.wav", uuid="client-chosen")])
+    for _ in range(2):
+        await post(client, body)
+    sent = sent_messages(stub)[0]["content"][0]
+    assert sent["uuid"] == sha256_of(audio_dir / "a.wav") and stub.decodes == 1
+
+
+async def test_inline_sidechannel_audio_and_path_parts_mix(
+    gateway: Client, audio_dir: Path, stub: StubState
+) -> None:
+    inline = audio_part(audio_dir / "c.wav")["audio_url"]["url"]
+    body = chat([url_part("a.wav"), PROMPT], metadata={"audio_data": inline})
+    answer = await post(gateway, body)
+    sent = sent_messages(stub)[0]["content"]
+    assert sent == [audio_part(audio_dir / "c.wav"), audio_part(audio_dir / "a.wav"), PROMPT]
+    assert [c["sha256"] for c in answer["stub"]["clips"]] == [
+        sha256_of(audio_dir / "c.wav"),
+        sha256_of(audio_dir / "a.wav"),
+    ]
+
+
+async def test_a_streamed_answer_through_the_sdk(
+    gateway: Client, audio_dir: Path, stub: StubState
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=str(gateway.make_url("/v1")), api_key="unused")
+    async with sdk:
+        stream = await sdk.chat.completions.create(
+            model="stub-audio-model",
+            messages=chat([url_part("c.wav"), PROMPT])["messages"],
+            stream=True,
+        )
+        text = "".join(
+            [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+        )
+    assert text
+    assert sent_messages(stub)[0]["content"][0] == audio_part(audio_dir / "c.wav")

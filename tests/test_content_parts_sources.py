@@ -91,6 +91,29 @@ async def test_an_object_part_outside_the_prefixes_is_403(
     assert stub.requests == []
 
 
+async def test_presigned_mode_hands_vllm_the_url_in_the_parts_place(
+    make_gateway: GatewayFactory,
+    s3_server: S3Server,
+    audio_dir: Path,
+    stub: StubState,
+    aws_environment: None,
+) -> None:
+    bucket = s3_server.bucket()
+    data = s3_server.put(bucket, "data/b.wav", audio_dir / "b.wav")
+    client = await make_gateway(
+        audio={"allowed_roots": [f"s3://{bucket}/data/"]},
+        splice={"remote": "presigned_url"},
+        storage={"s3": s3_config(s3_server)},
+    )
+    response = await client.post(CHAT, json=chat([PROMPT, url_part(f"s3://{bucket}/data/b.wav")]))
+    assert response.status == 200, await response.text()
+    (clip,) = (await response.json())["stub"]["clips"]
+    assert (clip["source"], clip["sha256"]) == ("url", hashlib.sha256(data).hexdigest())
+    sent = forwarded_json(stub)["messages"][1]["content"]
+    assert sent[0] == PROMPT
+    assert sent[1]["audio_url"]["url"].startswith(f"{s3_server.endpoint}/{bucket}/data/b.wav?")
+
+
 # --- the cache ----------------------------------------------------------------------------------
 
 

@@ -71,13 +71,13 @@ BAD_ROWS: list[tuple[str, dict[str, Any], str, str | None]] = [
         "invalid_audio_reference",
         chat(url_part("file://server/a.wav")),
         "messages[1].content[1].audio_url.url",
-        None,
+        "file://server/a.wav",
     ),
     (
         "too_many_clips",
         chat(url_part("a.wav"), url_part("b.wav"), metadata={"audio_path": "c.wav"}),
         "messages[1].content[2].audio_url.url",
-        None,
+        "b.wav",
     ),
     (
         "audio_not_found",

@@ -1,6 +1,7 @@
 """What audio a request names, as pure rules: no I/O.
 
-Holds the sidechannel's keys and forms (`sidechannel`), object URLs and prefixes
+Holds the sidechannel's keys and forms (`sidechannel`), chat content parts naming a path
+(`content_parts`) and what their URLs name (`urls`), object URLs and prefixes
 (`object_names`) and container formats by extension and content (`formats`).
 May import: `gateway.errors` only. Everything else may import it.
 """

@@ -24,6 +24,7 @@ from .object_names import OBJECT_SCHEMES
 # RFC 3986: scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) followed by ":".
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 LOCAL_HOSTS = ("", "localhost")  # RFC 8089: an empty host or "localhost" is this machine
+OURS = frozenset({"file", *OBJECT_SCHEMES})  # the schemes whose URLs the gateway reads
 
 
 class MalformedFileURL(ValueError):
@@ -34,16 +35,15 @@ def named_path(url: str) -> str | None:
     """The path or object URL that `url` names for the gateway to read, or None when it is a
     URL for vLLM (data:, http(s)://, any scheme but file and s3); MalformedFileURL for a
     `file:` URL that names no local file, or for a NUL."""
+    match = _SCHEME.match(url)
+    if match is not None and match.group(1).lower() not in OURS:
+        return None  # checked first: a multi-megabyte data: URI is never scanned here
     if "\x00" in url:
         raise MalformedFileURL("contains a NUL byte")
-    match = _SCHEME.match(url)
     if match is None:
         return url  # a plain path, absolute or relative
-    scheme = match.group(1).lower()
-    if scheme in OBJECT_SCHEMES:
+    if match.group(1).lower() in OBJECT_SCHEMES:
         return url
-    if scheme != "file":
-        return None
     return _file_url_path(url[match.end() :])
 
 

@@ -35,7 +35,7 @@ from ..errors import GatewayError
 from ..naming.content_parts import check_clip_count, part_clips
 from ..naming.formats import SNIFF_BYTES, checked_mime, input_audio_format
 from ..naming.sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
-from ..pipeline import RouteShape, content_part_roots
+from ..pipeline import RouteShape
 from .jsonl import Line
 from .objects import ObjectChecks
 from .results import CheckedRow, ClipFacts, RowError
@@ -93,7 +93,7 @@ class RowChecker:
         self.policy = policy
         self.objects = objects or ObjectChecks(config)
         self.keys = SidechannelKeys(config.sidechannel.key_prefix)
-        self.part_roots = content_part_roots(config)
+        self.part_roots = config.content_part_roots()
         self._heads: dict[tuple[str, int, int], _Head] = {}
 
     def close(self) -> None:

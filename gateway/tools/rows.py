@@ -16,6 +16,7 @@ import msgspec
 from ..bridge import carries_audio_parts, responses_to_chat
 from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
+from ..naming.content_parts import part_url
 from ..naming.sidechannel import SidechannelKeys
 from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
 from .jsonl import Line
@@ -117,8 +118,31 @@ def row_error(
     return RowError(line.file, line.number, error.code, key, path, error.message)
 
 
+_PART_PARAM = re.compile(r"(messages|input)\[(\d+)\]\.content\[(\d+)\]\.(audio_url\.url|file_url)$")
+
+
+def _path_in_part(request: dict[str, Any], param: str) -> str | None:
+    """The URL as written that a `messages[i].content[j].audio_url.url` or
+    `input[i].content[j].file_url` error is about."""
+    match = _PART_PARAM.match(param)
+    if match is None:
+        return None
+    items, i, j = match.group(1), int(match.group(2)), int(match.group(3))
+    try:
+        part = request[items][i]["content"][j]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(part, dict):
+        return None
+    url = part_url(part) if part.get("type") == "audio_url" else part.get("file_url")
+    return url if isinstance(url, str) else None
+
+
 def _path_named_by(found: RowRequest, error: GatewayError, keys: SidechannelKeys) -> str | None:
-    """The path as written that a sidechannel error is about (`metadata.audio_paths[2]`)."""
+    """The path as written that a sidechannel or content-part error is about
+    (`metadata.audio_paths[2]`, `messages[1].content[0].audio_url.url`)."""
+    if error.param and (path := _path_in_part(found.request, error.param)) is not None:
+        return path
     metadata = found.request.get("metadata")
     if not isinstance(metadata, dict) or not error.param:
         return None
