@@ -2,11 +2,15 @@
 in a log file, ready when an HTTP probe answers, stopped by its group id.
 
 Every wait is bounded. A server that exits or does not become ready in time fails the test with
-the tail of its log; stopping sends SIGTERM to the group, then SIGKILL to whatever is left."""
+the tail of its log; stopping sends SIGTERM to the group, then SIGKILL to whatever is left. A
+test process that exits, or is sent SIGTERM, first stops the servers still running (`_LIVE`),
+so none outlives it in its own session."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -17,6 +21,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 PROBE_TIMEOUT_SECONDS = 2.0
 POLL_SECONDS = 0.2
@@ -70,6 +75,31 @@ class Server:
         self.process.wait(STOP_SECONDS)
 
 
+# The servers started and not yet stopped: what the exit and SIGTERM hooks stop.
+_LIVE: list[Server] = []
+
+
+def _stop_live() -> None:
+    for server in list(_LIVE):
+        server.stop()
+        _LIVE.remove(server)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _stop_live()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+@functools.cache
+def _install_hooks() -> None:
+    """Once per process: stop live servers at exit and on SIGTERM (whose default action skips
+    both `finally` blocks and atexit), unless something else already handles SIGTERM."""
+    atexit.register(_stop_live)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_SECONDS) as response:
@@ -91,6 +121,7 @@ def running(
 ) -> Iterator[Server]:
     """`argv` started in a new session (so a group of its own), stdout and stderr to `log`,
     yielded once `ready_url` answers, stopped by its group on exit, whatever happened."""
+    _install_hooks()
     with log.open("wb") as out:
         process = subprocess.Popen(
             list(argv),
@@ -102,8 +133,10 @@ def running(
             start_new_session=True,
         )
     server = Server(name, process, log)
+    _LIVE.append(server)
     try:
         server.wait_ready(ready_url, ready_seconds)
         yield server
     finally:
         server.stop()
+        _LIVE.remove(server)
