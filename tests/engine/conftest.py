@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,13 +114,31 @@ def report(config: pytest.Config, servers: dict[str, EngineServer]) -> None:
                 reporter.write_line(line)
 
 
+NO_ENGINE_HINT = "run .ci/engine (or engine/install, then pytest tests/engine)"
+SKIP_LINE = 1 + next(
+    number for number, line in enumerate(Path(__file__).read_text().splitlines())
+    if line.strip() == "pytest.skip(message)"
+)  # fmt: skip
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Every test skipped for want of the engine's venv is reported at one place, so pytest's
+    summary folds them into one line."""
+    report = yield
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and longrepr[2].endswith(NO_ENGINE_HINT):
+        report.longrepr = (__file__, SKIP_LINE, longrepr[2])
+    return report
+
+
 @pytest.fixture(scope="session")
 def venv() -> Path:
     """The engine's venv; without it the test is skipped, or failed where it is required."""
     path = engine_venv()
     problem = venv_problem(path)
     if problem is not None:
-        message = f"{problem}: run .ci/engine (or engine/install, then pytest tests/engine)"
+        message = f"{problem}: {NO_ENGINE_HINT}"
         if ENGINE_REQUIRED:
             pytest.fail(f"the real-engine suite is required here, but {message}", pytrace=False)
         pytest.skip(message)
