@@ -23,8 +23,9 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,26 +53,34 @@ ENGINE_REQUIRED = (
 
 @dataclass
 class Engines:
-    """The engine servers of this run, started together; `media_root` is the directory
-    `--allowed-local-media-path` names (each test's clips go in a folder under it)."""
+    """The engine servers of this run, started together and each watched by a thread until it
+    is healthy; `media_root` is the directory `--allowed-local-media-path` names (each test's
+    clips go in a folder under it)."""
 
     servers: dict[str, EngineServer]
     media_root: Path
     models: dict[str, Path]
-    failures: dict[str, str]
+    failures: dict[str, str] = field(default_factory=dict)
+    watchers: dict[str, threading.Thread] = field(default_factory=dict)
+
+    def start(self) -> None:
+        for name, server in self.servers.items():
+            server.start()
+            self.watchers[name] = threading.Thread(target=self._watch, args=(name,), daemon=True)
+            self.watchers[name].start()
+
+    def _watch(self, name: str) -> None:
+        try:
+            self.servers[name].wait_healthy()
+        except EngineStartError as error:
+            self.failures[name] = str(error)
 
     def healthy(self, name: str) -> EngineServer:
         """The server, once healthy; a failed start fails the test with vLLM's log tail."""
+        self.watchers[name].join()
         if name in self.failures:
             pytest.fail(self.failures[name], pytrace=False)
-        server = self.servers[name]
-        if server.process is not None and not server.healthy():
-            try:
-                server.wait_healthy()
-            except EngineStartError as error:
-                self.failures[name] = str(error)
-                pytest.fail(str(error), pytrace=False)
-        return server
+        return self.servers[name]
 
 
 def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
@@ -105,13 +114,11 @@ def report(config: pytest.Config, servers: dict[str, EngineServer]) -> None:
     """One line per server in pytest's output: its start-up time and its RSS now."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     for name, server in servers.items():
-        if server.process is not None and server.healthy_after_s:
-            line = (
+        if server.process is not None and server.healthy_after_s and reporter is not None:
+            reporter.write_line(
                 f"engine {name}: healthy {server.healthy_after_s:.1f} s after its (last) start, "
                 f"RSS {server.rss_bytes() / 2**30:.2f} GiB"
             )
-            if reporter is not None:
-                reporter.write_line(line)
 
 
 NO_ENGINE_HINT = "run .ci/engine (or engine/install, then pytest tests/engine)"
@@ -156,10 +163,10 @@ def engines(
     servers = {
         name: EngineServer(spec, venv, workdir) for name, spec in specs(models, media_root).items()
     }
-    for server in servers.values():
-        server.start()
+    engines = Engines(servers, media_root, models)
+    engines.start()
     try:
-        yield Engines(servers, media_root, models, {})
+        yield engines
     finally:
         report(pytestconfig, servers)
         for server in servers.values():

@@ -52,6 +52,9 @@ def chat_body(metadata: dict[str, Any] | None = None, **extra: Any) -> dict[str,
         "model": "tiny-qwen2-audio",
         "messages": [{"role": "user", "content": "What is in the audio?"}],
         "max_tokens": MAX_TOKENS,
+        # Random weights may sample an end token anywhere: always MAX_TOKENS, the same ones.
+        "ignore_eos": True,
+        "temperature": 0.0,
     }
     if metadata is not None:
         body["metadata"] = metadata
