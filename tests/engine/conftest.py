@@ -110,15 +110,22 @@ def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
     }
 
 
+engine_report_key = pytest.StashKey[list[str]]()
+
+
 def report(config: pytest.Config, servers: dict[str, EngineServer]) -> None:
-    """One line per server in pytest's output: its start-up time and its RSS now."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for name, server in servers.items():
-        if server.process is not None and server.healthy_after_s and reporter is not None:
-            reporter.write_line(
-                f"engine {name}: healthy {server.healthy_after_s:.1f} s after its (last) start, "
-                f"RSS {server.rss_bytes() / 2**30:.2f} GiB"
-            )
+    """Keep one line per server for pytest's summary: its start-up time and its RSS now."""
+    config.stash[engine_report_key] = [
+        f"engine {name}: healthy {server.healthy_after_s:.1f} s after its (last) start, "
+        f"RSS {server.rss_bytes() / 2**30:.2f} GiB"
+        for name, server in servers.items()
+        if server.process is not None and server.healthy_after_s
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    for line in config.stash.get(engine_report_key, []):
+        terminalreporter.write_line(line)
 
 
 NO_ENGINE_HINT = "run .ci/engine (or engine/install, then pytest tests/engine)"
