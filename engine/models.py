@@ -186,8 +186,8 @@ def whisper_special_tokens() -> list[str]:
 
     languages = [f"<|{code}|>" for code in LANGUAGES]
     tail = ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>"]
-    return ["<|endoftext|>", "<|startoftranscript|>", *languages, *tail, "<|nospeech|>",
-            "<|notimestamps|>"]  # fmt: skip
+    ends = ["<|nospeech|>", "<|notimestamps|>"]
+    return ["<|endoftext|>", "<|startoftranscript|>", *languages, *tail, *ends]
 
 
 def build_whisper(out: Path) -> Path:

@@ -4,8 +4,8 @@ Standard library only (the test venv has no torch): vLLM runs as `engine/launch.
 engine's venv (`engine/install`), in a process group of its own, listening on a free port of
 127.0.0.1 or on a Unix socket (`--uds`). Its output goes to a log file; a server that exits or
 is not healthy within the deadline raises `EngineStartError` with the log's tail. `stop()`
-ends the whole group (SIGTERM, then SIGKILL), and every server still running when the Python
-process exits is stopped by an `atexit` hook.
+ends the whole group (SIGTERM, then SIGKILL); every server still running when the Python
+process exits, or is sent SIGTERM, is stopped by an `atexit` hook or a SIGTERM handler.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,6 +171,7 @@ class EngineServer:
             )
         self.started_at = time.monotonic()
         _running.add(self)
+        stop_all_on_sigterm()
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
         """A blocking GET on the server (its status and body)."""
@@ -282,6 +284,22 @@ def stop_all() -> None:
     """Stop every server still running: the test run ended, or crashed, without stopping it."""
     for server in list(_running):
         server.stop()
+
+
+def stop_all_on_sigterm() -> None:
+    """A SIGTERM to this process (a CI job cancelled, `timeout`) skips `atexit`: stop every
+    server first, then die of it as before. Only where SIGTERM still has its default action."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        stop_all()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def build_models(venv: Path, out: Path) -> dict[str, Path]:

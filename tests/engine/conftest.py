@@ -23,9 +23,11 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,26 +53,34 @@ ENGINE_REQUIRED = (
 
 @dataclass
 class Engines:
-    """The engine servers of this run, started together; `media_root` is the directory
-    `--allowed-local-media-path` names (each test's clips go in a folder under it)."""
+    """The engine servers of this run, started together and each watched by a thread until it
+    is healthy; `media_root` is the directory `--allowed-local-media-path` names (each test's
+    clips go in a folder under it)."""
 
     servers: dict[str, EngineServer]
     media_root: Path
     models: dict[str, Path]
-    failures: dict[str, str]
+    failures: dict[str, str] = field(default_factory=dict)
+    watchers: dict[str, threading.Thread] = field(default_factory=dict)
+
+    def start(self) -> None:
+        for name, server in self.servers.items():
+            server.start()
+            self.watchers[name] = threading.Thread(target=self._watch, args=(name,), daemon=True)
+            self.watchers[name].start()
+
+    def _watch(self, name: str) -> None:
+        try:
+            self.servers[name].wait_healthy()
+        except EngineStartError as error:
+            self.failures[name] = str(error)
 
     def healthy(self, name: str) -> EngineServer:
         """The server, once healthy; a failed start fails the test with vLLM's log tail."""
+        self.watchers[name].join()
         if name in self.failures:
             pytest.fail(self.failures[name], pytrace=False)
-        server = self.servers[name]
-        if server.process is not None and not server.healthy():
-            try:
-                server.wait_healthy()
-            except EngineStartError as error:
-                self.failures[name] = str(error)
-                pytest.fail(str(error), pytrace=False)
-        return server
+        return self.servers[name]
 
 
 def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
@@ -100,17 +110,40 @@ def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
     }
 
 
+engine_report_key = pytest.StashKey[list[str]]()
+
+
 def report(config: pytest.Config, servers: dict[str, EngineServer]) -> None:
-    """One line per server in pytest's output: its start-up time and its RSS now."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for name, server in servers.items():
-        if server.process is not None and server.healthy_after_s:
-            line = (
-                f"engine {name}: healthy {server.healthy_after_s:.1f} s after its (last) start, "
-                f"RSS {server.rss_bytes() / 2**30:.2f} GiB"
-            )
-            if reporter is not None:
-                reporter.write_line(line)
+    """Keep one line per server for pytest's summary: its start-up time and its RSS now."""
+    config.stash[engine_report_key] = [
+        f"engine {name}: healthy {server.healthy_after_s:.1f} s after its (last) start, "
+        f"RSS {server.rss_bytes() / 2**30:.2f} GiB"
+        for name, server in servers.items()
+        if server.process is not None and server.healthy_after_s
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    for line in config.stash.get(engine_report_key, []):
+        terminalreporter.write_line(line)
+
+
+NO_ENGINE_HINT = "run .ci/engine (or engine/install, then pytest tests/engine)"
+SKIP_LINE = 1 + next(
+    number for number, line in enumerate(Path(__file__).read_text().splitlines())
+    if line.strip() == "pytest.skip(message)"
+)  # fmt: skip
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Every test skipped for want of the engine's venv is reported at one place, so pytest's
+    summary folds them into one line."""
+    report = yield
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and longrepr[2].endswith(NO_ENGINE_HINT):
+        report.longrepr = (__file__, SKIP_LINE, longrepr[2])
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +152,7 @@ def venv() -> Path:
     path = engine_venv()
     problem = venv_problem(path)
     if problem is not None:
-        message = f"{problem}: run .ci/engine (or engine/install, then pytest tests/engine)"
+        message = f"{problem}: {NO_ENGINE_HINT}"
         if ENGINE_REQUIRED:
             pytest.fail(f"the real-engine suite is required here, but {message}", pytrace=False)
         pytest.skip(message)
@@ -137,10 +170,10 @@ def engines(
     servers = {
         name: EngineServer(spec, venv, workdir) for name, spec in specs(models, media_root).items()
     }
-    for server in servers.values():
-        server.start()
+    engines = Engines(servers, media_root, models)
+    engines.start()
     try:
-        yield Engines(servers, media_root, models, {})
+        yield engines
     finally:
         report(pytestconfig, servers)
         for server in servers.values():

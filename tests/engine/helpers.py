@@ -38,8 +38,8 @@ def write_clip(folder: Path, name: str, seconds: float) -> Path:
     rng = numpy.random.default_rng(zlib.crc32(str(path).encode()))
     samples = rng.integers(-12000, 12000, int(seconds * RATE_HZ), dtype=numpy.int16)
     envelope = (numpy.arange(len(samples)) // int(0.7 * RATE_HZ)) % 3 != 2  # quiet gaps
-    soundfile.write(path, (samples * numpy.where(envelope, 1.0, 0.01)).astype(numpy.int16),
-                    RATE_HZ, subtype="PCM_16")  # fmt: skip
+    shaped = (samples * numpy.where(envelope, 1.0, 0.01)).astype(numpy.int16)
+    soundfile.write(path, shaped, RATE_HZ, subtype="PCM_16")
     return path
 
 
@@ -52,6 +52,9 @@ def chat_body(metadata: dict[str, Any] | None = None, **extra: Any) -> dict[str,
         "model": "tiny-qwen2-audio",
         "messages": [{"role": "user", "content": "What is in the audio?"}],
         "max_tokens": MAX_TOKENS,
+        # Random weights may sample an end token anywhere: always MAX_TOKENS, the same ones.
+        "ignore_eos": True,
+        "temperature": 0.0,
     }
     if metadata is not None:
         body["metadata"] = metadata
@@ -85,8 +88,8 @@ async def engine_metrics(engine: EngineServer) -> dict[str, float]:
     samples: dict[str, float] = {}
     for key, value in parse_metrics(text).items():
         name, _, labels = key.partition("{")
-        kept = [p for p in labels.rstrip("}").split(",") if p and not p.startswith(("engine=",
-                "model_name="))]  # fmt: skip
+        pairs = labels.rstrip("}").split(",")
+        kept = [p for p in pairs if p and not p.startswith(("engine=", "model_name="))]
         short = f"{name}{{{','.join(kept)}}}" if kept else name
         samples[short] = samples.get(short, 0.0) + value
     return samples
