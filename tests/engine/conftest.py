@@ -19,7 +19,6 @@ Every clip is 16 kHz: this vLLM has no resampler (torchaudio is left out of its 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -33,18 +32,14 @@ import pytest
 
 from engine.server import (
     EngineServer,
-    EngineSpec,
     EngineStartError,
     build_models,
     engine_venv,
     venv_problem,
 )
+from tests.engine.specs import MM_CACHE_GB as MM_CACHE_GB  # the tests' import of it
+from tests.engine.specs import QWEN, WHISPER, special_tokens, specs
 
-QWEN = "tiny-qwen2-audio"
-WHISPER = "tiny-whisper"
-# About 4 MB: the processed features of one clip are 128 x 3000 float32 (1.5 MB) whatever its
-# length, so this holds two clips and a third evicts the oldest.
-MM_CACHE_GB = "0.004"
 ENGINE_REQUIRED = (
     os.environ.get("CI", "").lower() == "true"
     or os.environ.get("AUDIO_GATEWAY_ENGINE") == "required"
@@ -81,33 +76,6 @@ class Engines:
         if name in self.failures:
             pytest.fail(self.failures[name], pytrace=False)
         return self.servers[name]
-
-
-def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
-    # vLLM tries torchcodec first and warns on every request that it cannot (no FFmpeg here)
-    soundfile = json.dumps({"audio": {"audio_backend": "soundfile"}})
-    silence_torchcodec = ["--media-io-kwargs", soundfile]
-    return {
-        QWEN: EngineSpec(
-            QWEN,
-            models["qwen2-audio"],
-            flags=[
-                *("--max-model-len", "2048", "--max-num-seqs", "16"),
-                *("--max-num-batched-tokens", "4096"),
-                *("--limit-mm-per-prompt", json.dumps({"audio": 2})),
-                *("--mm-processor-cache-gb", MM_CACHE_GB),
-                *("--allowed-local-media-path", str(media_root)),
-                *silence_torchcodec,
-            ],
-            env={"VLLM_SERVER_DEV_MODE": "1"},
-        ),
-        WHISPER: EngineSpec(
-            WHISPER,
-            models["whisper"],
-            flags=["--max-model-len", "448", *silence_torchcodec],
-            uds=True,
-        ),
-    }
 
 
 engine_report_key = pytest.StashKey[list[str]]()
@@ -194,8 +162,7 @@ def whisper_engine(engines: Engines) -> EngineServer:
 @pytest.fixture(scope="session")
 def qwen_tokens(engines: Engines) -> dict[str, int]:
     """The tiny Qwen2-Audio's special tokens by name (`<|AUDIO|>` is 415), from its tokenizer."""
-    tokenizer = json.loads((engines.models["qwen2-audio"] / "tokenizer.json").read_text())
-    return {token["content"]: token["id"] for token in tokenizer["added_tokens"]}
+    return special_tokens(engines.models["qwen2-audio"])
 
 
 @pytest.fixture

@@ -1,0 +1,51 @@
+"""The vLLM configurations the real-engine tests serve, by name (standard library and
+engine/server.py only, so any test venv can start them: the engine suite and the Gym suite)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.server import EngineSpec
+
+QWEN = "tiny-qwen2-audio"
+WHISPER = "tiny-whisper"
+# About 4 MB: the processed features of one clip are 128 x 3000 float32 (1.5 MB) whatever its
+# length, so this holds two clips and a third evicts the oldest.
+MM_CACHE_GB = "0.004"
+
+
+def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
+    """Both servers: `models` is what `engine.server.build_models` returns, `media_root` the
+    directory `--allowed-local-media-path` names."""
+    # vLLM tries torchcodec first and warns on every request that it cannot (no FFmpeg here)
+    soundfile = json.dumps({"audio": {"audio_backend": "soundfile"}})
+    silence_torchcodec = ["--media-io-kwargs", soundfile]
+    return {
+        QWEN: EngineSpec(
+            QWEN,
+            models["qwen2-audio"],
+            flags=[
+                *("--max-model-len", "2048", "--max-num-seqs", "16"),
+                *("--max-num-batched-tokens", "4096"),
+                *("--limit-mm-per-prompt", json.dumps({"audio": 2})),
+                *("--mm-processor-cache-gb", MM_CACHE_GB),
+                *("--allowed-local-media-path", str(media_root)),
+                *silence_torchcodec,
+            ],
+            env={"VLLM_SERVER_DEV_MODE": "1"},
+        ),
+        WHISPER: EngineSpec(
+            WHISPER,
+            models["whisper"],
+            flags=["--max-model-len", "448", *silence_torchcodec],
+            uds=True,
+        ),
+    }
+
+
+def special_tokens(model_dir: Path) -> dict[str, int]:
+    """A tiny model's special tokens by name (the Qwen2-Audio's `<|AUDIO|>` is 415), from its
+    tokenizer."""
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
+    return {token["content"]: token["id"] for token in tokenizer["added_tokens"]}
