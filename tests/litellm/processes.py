@@ -4,7 +4,7 @@ in a log file, ready when an HTTP probe answers, stopped by its group id.
 Every wait is bounded. A server that exits or does not become ready in time fails the test with
 the tail of its log; stopping sends SIGTERM to the group, then SIGKILL to whatever is left. A
 test process that exits, or is sent SIGTERM, first stops the servers still running (`_LIVE`),
-so none outlives it in its own session.
+so none outlives it in its own session (then runs the SIGTERM handler it found: the engine's).
 
 `gateway` and `litellm_proxy` start the page's two servers as docs/guides/litellm.md starts them
 (tests/litellm/recipe.py): this suite's chain and the real-engine suite's (tests/engine)."""
@@ -20,10 +20,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -97,8 +98,14 @@ def _stop_live() -> None:
         _LIVE.remove(server)
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+def _on_sigterm(previous: Callable[[int, FrameType | None], Any] | None, signum: int,
+                frame: FrameType | None) -> None:  # fmt: skip
+    """Stop the live servers, then whatever SIGTERM did before: the handler found (the engine
+    suite's, which stops its vLLM servers) or the default action, dying of the signal."""
     _stop_live()
+    if previous is not None:
+        previous(signum, frame)
+        return
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -106,10 +113,15 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 @functools.cache
 def _install_hooks() -> None:
     """Once per process: stop live servers at exit and on SIGTERM (whose default action skips
-    both `finally` blocks and atexit), unless something else already handles SIGTERM."""
+    both `finally` blocks and atexit), before the SIGTERM handler already there, if any. A
+    SIGTERM that is ignored stays ignored; signals are only set from the main thread."""
     atexit.register(_stop_live)
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    current = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if current is signal.SIG_DFL or callable(current):
+        previous = current if callable(current) else None
+        signal.signal(signal.SIGTERM, functools.partial(_on_sigterm, previous))
 
 
 def _answers(url: str) -> bool:
