@@ -151,7 +151,7 @@ def test_chat_metadata_audio_path_does_not_reach_the_engine(
     assert count(ids, qwen_tokens["<|AUDIO|>"]) == 0
     # The same request straight to the gateway: the engine hears the clip.
     body = chat_body(metadata, return_token_ids=True)
-    request = urllib.request.Request(
+    straight = urllib.request.Request(
         f"{chain.gateway_url}/v1/chat/completions",
         data=json.dumps(body).encode(),
         headers={
@@ -159,6 +159,6 @@ def test_chat_metadata_audio_path_does_not_reach_the_engine(
             "Authorization": f"Bearer {chain.gateway_key}",
         },
     )
-    with urllib.request.urlopen(request, timeout=BOUND_SECONDS) as response:
+    with urllib.request.urlopen(straight, timeout=BOUND_SECONDS) as response:
         direct = json.load(response)["prompt_token_ids"]
     assert count(direct, qwen_tokens["<|AUDIO|>"]) == audio_tokens_for(SECONDS["two.wav"])
