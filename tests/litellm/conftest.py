@@ -10,9 +10,6 @@ what reached the upstream; the gateways' /gateway/metrics say what reached them.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import secrets
 import sys
 from collections.abc import Generator, Iterator
@@ -21,16 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gateway.audio.samples import write_tone
 from tests.litellm import recipe
-from tests.litellm.processes import LOG_TAIL_LINES, Server, free_port, running
+from tests.litellm.processes import (
+    LOG_TAIL_LINES,
+    Server,
+    free_port,
+    gateway,
+    litellm_proxy,
+    python_env,
+    running,
+)
 from tests.litellm.venv import require_litellm
 
 STUB_READY_SECONDS = 60.0  # guards against hangs on a loaded machine, never assertions
-GATEWAY_READY_SECONDS = 60.0
-LITELLM_READY_SECONDS = 180.0  # about 10 s on an idle 2-core machine
 DOWN_MODEL = "qwen2-audio-down"  # the suite's own model group: a gateway with no upstream
 
 
@@ -68,13 +70,6 @@ def audio_root(litellm_home: Path) -> Path:
     return root
 
 
-def _python_env() -> dict[str, str]:
-    """This interpreter's environment, with the repository importable by its children."""
-    path = os.environ.get("PYTHONPATH")
-    root = str(recipe.REPO_ROOT)
-    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}
-
-
 @pytest.fixture(scope="session")
 def stub(litellm_home: Path, audio_root: Path) -> Iterator[tuple[str, Path]]:
     """`python -m gateway.stub_upstream`, recording the chat bodies it receives."""
@@ -84,35 +79,8 @@ def stub(litellm_home: Path, audio_root: Path) -> Iterator[tuple[str, Path]]:
     url = f"http://127.0.0.1:{port}"
     log = litellm_home / "stub.log"
     with running("the stub upstream", argv, log=log, ready_url=f"{url}/health",
-                 ready_seconds=STUB_READY_SECONDS, env=_python_env()):  # fmt: skip
+                 ready_seconds=STUB_READY_SECONDS, env=python_env()):  # fmt: skip
         yield url, body_log
-
-
-@contextlib.contextmanager
-def _gateway(home: Path, name: str, upstream: str, root: Path, key: str) -> Iterator[str]:
-    """`python -m gateway serve` with the page's gateway.toml, its port, upstream and root
-    replaced, its API key given as the page says (AUDIO_GATEWAY_API_KEYS); yields its URL."""
-    config = recipe.gateway_config()
-    port = free_port()
-    config["server"]["port"] = port
-    config["upstream"]["url"] = upstream
-    config["audio"]["root"] = str(root)
-    path = home / f"{name}.toml"
-    path.write_text(_toml(config))
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(path)]
-    url = f"http://127.0.0.1:{port}"
-    env = {**_python_env(), "AUDIO_GATEWAY_API_KEYS": key}
-    with running(name, argv, log=home / f"{name}.log", ready_url=f"{url}/gateway/health",
-                 ready_seconds=GATEWAY_READY_SECONDS, env=env):  # fmt: skip
-        yield url
-
-
-def _toml(config: dict[str, Any]) -> str:
-    """A flat two-level TOML document (tables of scalars and lists), as the page's config is."""
-    return "".join(
-        f"[{table}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
-        for table, values in config.items()
-    )
 
 
 @pytest.fixture(scope="session")
@@ -125,27 +93,14 @@ def deployment(
     key, master_key = secrets.token_hex(32), "sk-" + secrets.token_hex(32)
     dead_upstream = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with (
-        _gateway(litellm_home, "gateway", stub_url, audio_root, key) as gateway_url,
-        _gateway(litellm_home, "gateway-down", dead_upstream, audio_root, key) as down_url,
+        gateway(litellm_home, "gateway", stub_url, audio_root, key) as gateway_url,
+        gateway(litellm_home, "gateway-down", dead_upstream, audio_root, key) as down_url,
     ):
         config = recipe.litellm_config()
         model = config["model_list"][0]["model_name"]
         config["model_list"].append(_down_group(config["model_list"][0], down_url))
-        config_path = litellm_home / recipe.LITELLM_CONFIG_TITLE
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        port = free_port()
-        env = recipe.litellm_environment(
-            {
-                "LITELLM_MASTER_KEY": master_key,
-                "GATEWAY_API_BASE": f"{gateway_url}/v1",
-                "GATEWAY_API_KEY": key,
-            }
-        )
-        argv = recipe.litellm_argv(str(litellm_executable), config_path, port)
-        url = f"http://127.0.0.1:{port}"
-        with running("LiteLLM", argv, log=litellm_home / "litellm.log",
-                     ready_url=f"{url}/health/liveliness", ready_seconds=LITELLM_READY_SECONDS,
-                     env={**_litellm_base_env(), **env}, cwd=litellm_home) as proxy:  # fmt: skip
+        with litellm_proxy(litellm_executable, litellm_home, config, gateway_url=gateway_url,
+                           gateway_key=key, master_key=master_key) as (url, proxy):  # fmt: skip
             yield Deployment(
                 litellm_url=url,
                 master_key=master_key,
@@ -166,12 +121,6 @@ def _down_group(group: dict[str, Any], api_base: str) -> dict[str, Any]:
     (api_key stays the page's os.environ/ reference)."""
     params = {**group["litellm_params"], "api_base": f"{api_base}/v1"}
     return {**group, "model_name": DOWN_MODEL, "litellm_params": params}
-
-
-def _litellm_base_env() -> dict[str, str]:
-    """What LiteLLM inherits: PATH, HOME, locale; nothing of this venv's Python settings."""
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE")
-    return {k: v for k, v in os.environ.items() if k in keep}
 
 
 @pytest.fixture(scope="session")

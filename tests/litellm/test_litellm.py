@@ -27,7 +27,8 @@ import openai
 import pytest
 
 from tests.conftest import parse_metrics
-from tests.litellm.conftest import LITELLM_READY_SECONDS, Deployment
+from tests.litellm.conftest import Deployment
+from tests.litellm.processes import LITELLM_READY_SECONDS
 from tests.litellm.venv import require_litellm
 
 require_litellm()  # a one-line skip without LiteLLM's venv (a failure under CI=true)
