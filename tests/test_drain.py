@@ -88,9 +88,9 @@ async def serve(
         stderr=asyncio.subprocess.PIPE,
     )
     gateway = Gateway(process, port)
-    reader = asyncio.create_task(_collect(process, gateway.log))
+    reader = asyncio.create_task(collect_stderr(process, gateway.log))
     try:
-        await _wait_until_up(gateway)
+        await wait_until_up(gateway)
         yield gateway
     finally:
         if process.returncode is None:
@@ -99,13 +99,14 @@ async def serve(
         await reader
 
 
-async def _collect(process: asyncio.subprocess.Process, log: list[str]) -> None:
+async def collect_stderr(process: asyncio.subprocess.Process, log: list[str]) -> None:
     assert process.stderr is not None
     async for line in process.stderr:
         log.append(line.decode(errors="replace").rstrip("\n"))
 
 
-async def _wait_until_up(gateway: Gateway) -> None:
+async def wait_until_up(gateway: Gateway) -> None:
+    """Until a served gateway answers /gateway/health (its log shown if it exits first)."""
     deadline = asyncio.get_running_loop().time() + START_SECONDS
     async with fresh_session() as session:
         while True:

@@ -15,14 +15,11 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-
 from tests.test_config import REPO_ROOT, free_port
+from tests.test_drain import Gateway, collect_stderr, wait_until_up
 
-START_SECONDS = 60.0  # a guard against hangs on a loaded machine, never an assertion
 # prctl(PR_CAPBSET_DROP = 24, cap): CAP_DAC_OVERRIDE = 1, CAP_DAC_READ_SEARCH = 2; an exec then
 # leaves root without them (root's permitted set is capped by the bounding set).
 DROP_DAC_CAPABILITIES = (
@@ -59,19 +56,8 @@ def run_unprivileged(*argv: str, timeout: float = 60) -> subprocess.CompletedPro
     )
 
 
-@dataclass
-class ServedGateway:
-    process: asyncio.subprocess.Process
-    port: int
-    log: list[str] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
 @contextlib.asynccontextmanager
-async def serve_unprivileged(config_text: str, directory: Path) -> AsyncIterator[ServedGateway]:
+async def serve_unprivileged(config_text: str, directory: Path) -> AsyncIterator[Gateway]:
     """`python -m gateway serve` with `config_text` (TOML, written into `directory`) as an
     unprivileged user, up and answering `/gateway/health`."""
     config = directory / "gateway.toml"
@@ -85,10 +71,10 @@ async def serve_unprivileged(config_text: str, directory: Path) -> AsyncIterator
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    gateway = ServedGateway(process, port)
-    reader = asyncio.create_task(_collect(process, gateway.log))
+    gateway = Gateway(process, port)
+    reader = asyncio.create_task(collect_stderr(process, gateway.log))
     try:
-        await _wait_until_up(gateway)
+        await wait_until_up(gateway)
         yield gateway
     finally:
         if process.returncode is None:
@@ -99,23 +85,3 @@ async def serve_unprivileged(config_text: str, directory: Path) -> AsyncIterator
                 process.kill()
                 await process.wait()
         await reader
-
-
-async def _collect(process: asyncio.subprocess.Process, log: list[str]) -> None:
-    assert process.stderr is not None
-    async for line in process.stderr:
-        log.append(line.decode(errors="replace").rstrip("\n"))
-
-
-async def _wait_until_up(gateway: ServedGateway) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_SECONDS
-    async with aiohttp.ClientSession() as session:
-        while True:
-            assert gateway.process.returncode is None, "\n".join(gateway.log)
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"{gateway.url}/gateway/health") as response:
-                    if response.status == 200:
-                        return
-            assert loop.time() < deadline, "serve never came up"
-            await asyncio.sleep(0.05)
