@@ -6,7 +6,7 @@ audio sidechannel, or audio parts in its input, is sent to the upstream's
 
     request.py       Responses body -> chat body (+ the fields the answer echoes), or a 400
     answer.py        chat completion -> Responses object (what of it is carried, and why not)
-    items.py         the output items and parts (message, reasoning, function_call, logprobs)
+    outputs.py       the output items and parts (message, reasoning, function_call, logprobs)
     events.py        chat SSE chunks -> Responses stream events, items in generation order
     stream_items.py  one streamed item's events (opening, deltas, closing)
     sse.py           SSE bytes -> data payloads; an event -> SSE bytes

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .items import (
+from .outputs import (
     function_call_item,
     invalid_answer,
     message_item,

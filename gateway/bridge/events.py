@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from .answer import CARRIED_ANSWER_FIELDS, ResponseIds, finish_status, response_object
-from .items import part_logprobs, reasoning_text
+from .outputs import part_logprobs, reasoning_text
 from .request import BridgedRequest
 from .sse import SSEDecoder
 from .stream_items import CallWriter, Event, ItemWriter, MessageWriter, ReasoningWriter, event

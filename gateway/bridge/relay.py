@@ -22,7 +22,7 @@ from ..upstream.pool import UpstreamPool, UpstreamResponse
 from ..upstream.relay import RELAY_FAILURES, relay_answer, upstream_errors
 from . import BridgedRequest, ChatStreamTranslator, ResponseIds, encode_event
 from .answer import chat_to_response
-from .items import invalid_answer
+from .outputs import invalid_answer
 from .stream_items import Event
 
 log = logging.getLogger("gateway.bridge_relay")  # named before the move: log filters key on it

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .items import (
+from .outputs import (
     function_call_item,
     light_logprobs,
     message_item,
