@@ -1,9 +1,10 @@
-"""A vLLM-faithful stub upstream, for tests, `audio-gateway demo` and `bench/`. Request parsing
-and limits follow vLLM 0.33's code; what comes back (statuses, error bodies, headers, answer
-and stream fields, token ids, `vllm:mm_cache_*` on `/metrics`) follows vLLM 0.32.0 as it runs,
-held to it by tests/engine/test_stub_vs_engine.py (docs/stub-upstream.md). It parses
-chat-completions and Responses bodies the way vLLM's OpenAI server does and refuses what vLLM
-refuses: per-request `mm_processor_kwargs` / `media_io_kwargs` unless started as with
+"""A vLLM-faithful stub upstream, for tests, `audio-gateway demo` and `bench/`.
+
+Request parsing and limits follow vLLM 0.33's code; what comes back (statuses, error bodies,
+headers, answer and stream fields, token ids, `vllm:mm_cache_*` on `/metrics`) follows vLLM
+0.32.0 as it runs, held to it by tests/engine/test_stub_vs_engine.py (docs/stub-upstream.md).
+It parses chat-completions and Responses bodies the way vLLM's OpenAI server does and refuses
+what vLLM refuses: per-request `mm_processor_kwargs` / `media_io_kwargs` unless started as with
 `--trust-request-mm-kwargs` (`mm_kwargs.py`), unknown content parts, non-audio MIME types, bad
 base64, undecodable audio, an `input_audio.format` other than wav/mp3, audio over
 VLLM_MAX_AUDIO_DECODE_DURATION_S or VLLM_MAX_AUDIO_DECODE_BYTES (read from its header as vLLM's
