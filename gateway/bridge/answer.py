@@ -32,8 +32,32 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_
 # Top-level fields of vLLM's chat answer carried onto the Responses object under the same name
 # (vLLM's own Responses object has each of them); only when not null.
 CARRIED_ANSWER_FIELDS = ("service_tier", "kv_transfer_params", "ec_transfer_params", "metrics")
-# Why the rest of vLLM's chat answer is not in the Responses object (docs/reference/
-# responses-bridge.md shows this table).
+# Every field of vLLM's chat answer (and of its stream chunks: `delta` for `message`), where
+# it goes (`MAPPED`) or why it goes nowhere (`NOT_CARRIED`); docs/reference/responses-bridge.md
+# shows both tables, tests/test_bridge_answers.py holds vLLM's answers to them.
+MAPPED = {
+    "model": "model",
+    "usage.prompt_tokens": "usage.input_tokens",
+    "usage.completion_tokens": "usage.output_tokens",
+    "usage.total_tokens": "usage.total_tokens",
+    "usage.prompt_tokens_details.cached_tokens": "usage.input_tokens_details.cached_tokens",
+    "usage.prompt_tokens_details.created_cache_tokens": "usage.input_tokens_details."
+    "cache_write_tokens",
+    "usage.completion_tokens_details.reasoning_tokens": "usage.output_tokens_details."
+    "reasoning_tokens",
+    "choices[0].index": "(always 0)",
+    "choices[0].finish_reason": "status, incomplete_details, the last item's status",
+    "choices[0].logprobs": "output_text.logprobs (streamed: output_text.delta logprobs)",
+    "choices[0].message.role": "the message item's role (assistant)",
+    "choices[0].message.content": "an output_text part",
+    "choices[0].message.refusal": "a refusal part",
+    "choices[0].message.annotations": "output_text.annotations (url_citation)",
+    "choices[0].message.reasoning": "a reasoning item",
+    "choices[0].message.reasoning_content": "a reasoning item (vLLM before 0.33)",
+    "choices[0].message.tool_calls": "function_call items",
+    "choices[0].message.function_call": "a function_call item",
+    **{f"{key}": key for key in CARRIED_ANSWER_FIELDS},
+}
 NOT_CARRIED = {
     "id": "the Responses object has its own id (resp_bridge_...)",
     "object": "'chat.completion' becomes 'response'",
@@ -48,10 +72,10 @@ NOT_CARRIED = {
     "the answer); vLLM's own Responses route drops it too",
     "choices[0].token_ids": "only with return_token_ids, which the bridge refuses",
     "choices[0].routed_experts": "no Responses field; vLLM's own Responses route drops it too",
-    "choices[0].logprobs (tokens of reasoning or calls)": "logprobs ride on output_text only",
-    "message.audio": "only with audio output (modalities), which the bridge refuses",
+    "choices[0].message.audio": "only with audio output (modalities), which the bridge refuses",
     "usage.prompt_tokens_details.multimodal_tokens": "a breakdown of input_tokens, which "
     "counts them; Responses usage has no field for it",
+    "logprobs of reasoning and call tokens, streamed": "a Responses event has no field for them",
 }
 
 
