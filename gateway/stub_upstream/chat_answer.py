@@ -21,9 +21,9 @@ class ChatAnswer:
         self.call = forced_call(body, text, limit)
         self.words = [] if self.call else words[:limit] if limit is not None else words
         self.finish_reason = "length" if len(self.words) < len(words) else "stop"
-        self.stop_reason = None
+        self.stop_reason = None  # an end of turn (the tokenizer's EOS) ended it, or max_tokens
         if self.call is not None:
-            self.finish_reason, self.stop_reason = self.call.finish_reason, self.call.stop_reason
+            self.finish_reason = self.call.finish_reason
         self.reasoning = reasoning
 
     def pieces(self) -> list[str]:

@@ -11,12 +11,13 @@ it (shapes seen on the running engine, held by tests/engine/test_stub_vs_engine.
   re-serialised as vLLM's parser does (`json.dumps`: a space after `:` and `,`);
 - the message: `"content": ""` and `tool_calls: [{"id": "chatcmpl-tool-<16 hex>", "type":
   "function", "function": {"name", "arguments"}}]`; `finish_reason` "stop" (named) or
-  "tool_calls" (`required`), `stop_reason` the end-of-turn token id; cut by `max_tokens`, the
-  arguments stop mid-JSON and `finish_reason` is "length";
+  "tool_calls" (`required`), `stop_reason` null (the tokenizer's end of turn ended it); cut by
+  `max_tokens`, the arguments stop mid-JSON and `finish_reason` is "length";
 - streamed, one chunk a token: the first `{"tool_calls": [{"id", "type", "index": 0,
   "function": {"name", "arguments": <first token>}}]}`, then `{"tool_calls": [{"index": 0,
   "function": {"arguments": <token>}}]}` (`required` also sends `"name": null`), and the
-  end-of-turn token's chunk with `"arguments": ""` and the finish reason.
+  end-of-turn token's chunk with the finish reason: `"arguments": ""` (named) or an empty
+  delta (`required`).
 
 `tools` and `tool_choice` are checked as vLLM's `check_tool_usage` does (its 400s). `auto` (or
 no choice) is answered with text, as the tiny engine's `pythonic` parser finds no call in it.
@@ -31,18 +32,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from .media import StubRejection
-from .tokens import IM_END
 
-END_OF_TURN = "<|im_end|>"  # the token that ends a call (its id is the stop_reason)
+END_OF_TURN = "<|im_end|>"  # the token that ends a call
 CORRECT_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
 TOKEN = re.compile(r"\w+|\s+|.")  # a word, a run of spaces or one character: one token each
+
+
+def _invalid(message: str, *, param: str) -> StubRejection:
+    """vLLM's VLLMValidationError as its 400 writes it: the parameter named in the message."""
+    return StubRejection(f"{message} (parameter={param})", param=param)
 
 
 def check_tool_usage(body: dict[str, Any]) -> None:
     """vLLM's `ChatCompletionRequest.check_tool_usage`: its 400s, in its order."""
     tools, choice = body.get("tools"), body.get("tool_choice")
     if tools == []:
-        raise StubRejection(
+        raise _invalid(
             "`tools` must not be an empty array. Either provide at least one tool or omit the "
             "field entirely.",
             param="tools",
@@ -50,9 +55,9 @@ def check_tool_usage(body: dict[str, Any]) -> None:
     if choice is None or choice == "none":
         return
     if tools is None:
-        raise StubRejection("When using `tool_choice`, `tools` must be set.", param="tool_choice")
+        raise _invalid("When using `tool_choice`, `tools` must be set.", param="tool_choice")
     if choice not in ("auto", "required") and not isinstance(choice, dict):
-        raise StubRejection(
+        raise _invalid(
             f'Invalid value for `tool_choice`: {choice}! Only named tools, "none", "auto" '
             'or "required" are supported.',
             param="tool_choice",
@@ -64,18 +69,18 @@ def check_tool_usage(body: dict[str, Any]) -> None:
 def _check_named(choice: dict[str, Any], tools: Any) -> None:
     function = choice.get("function")
     if not isinstance(function, dict):
-        raise StubRejection(
+        raise _invalid(
             f"Invalid value for `function`: `{function}` in `tool_choice`! {CORRECT_USAGE}",
             param="tool_choice.function",
         )
     name = function.get("name")
     if not isinstance(name, str) or not name:
-        raise StubRejection(
+        raise _invalid(
             f"Invalid `name` in `function`: `{name}` in `tool_choice`! {CORRECT_USAGE}",
             param="tool_choice.function.name",
         )
     if _tool(tools, name) is None:
-        raise StubRejection(
+        raise _invalid(
             "The tool specified in `tool_choice` does not match any of the specified `tools`",
             param="tool_choice",
         )
@@ -112,10 +117,6 @@ class ForcedCall:
             return "length"
         return "stop" if self.named else "tool_calls"
 
-    @property
-    def stop_reason(self) -> int | None:
-        return IM_END if self.complete else None
-
     def token_pieces(self) -> list[str]:
         """Every generated token's text: the arguments', then the end of turn."""
         return [*self.pieces, END_OF_TURN] if self.complete else list(self.pieces)
@@ -128,11 +129,15 @@ class ForcedCall:
     def deltas(self) -> list[dict[str, Any]]:
         """One delta a token (the end of turn's with empty arguments)."""
         more: dict[str, Any] = {} if self.named else {"name": None}
-        texts = [*self.pieces, ""] if self.complete else self.pieces
         first = {"id": self.call_id, "type": "function", "index": 0}
-        out = [{"tool_calls": [{**first, "function": {"name": self.name, "arguments": texts[0]}}]}]
-        for text in texts[1:]:
+        head = {"name": self.name, "arguments": self.pieces[0]}
+        out: list[dict[str, Any]] = [{"tool_calls": [{**first, "function": head}]}]
+        for text in self.pieces[1:]:
             out.append({"tool_calls": [{"index": 0, "function": {**more, "arguments": text}}]})
+        if self.complete and self.named:  # the end of turn flushes empty arguments
+            out.append({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]})
+        elif self.complete:  # `required`: its parser has nothing left to send
+            out.append({})
         return out
 
 

@@ -364,6 +364,14 @@ CHOICES = {
 }
 
 
+def ended(answer: Any) -> Any:
+    """An answer or chunk without `stop_reason`: whether the random model ends a call with the
+    tokenizer's end of turn (null) or another stop token (its id) is chance."""
+    if isinstance(answer, dict) and answer.get("choices"):
+        answer["choices"][0].pop("stop_reason", None)
+    return answer
+
+
 def tool_body(clip: str, choice: str, **extra: Any) -> dict[str, Any]:
     tool_choice, more, _, _ = CHOICES[choice]
     fields = {"tools": TOOLS, "tool_choice": tool_choice, **more, **extra}
@@ -383,7 +391,7 @@ async def test_a_forced_call_is_vllms_message(
 ) -> None:
     engine, stub = await both(sides, tool_body(new_clip(), choice))
     assert (engine.status, stub.status) == (200, 200), (engine.body, stub.body)
-    assert_fields_are_vllms(stub.json(), engine.json(), "answer")
+    assert_fields_are_vllms(ended(stub.json()), ended(engine.json()), "answer")
     for side, answer in zip(sides, (engine.json(), stub.json()), strict=True):
         choice_data = answer["choices"][0]
         message = choice_data["message"]
@@ -394,7 +402,6 @@ async def test_a_forced_call_is_vllms_message(
         assert call["function"]["name"] == "set_mode", side.name
         assert_arguments(call["function"]["arguments"], choice, side.name)
         assert choice_data["finish_reason"] == CHOICES[choice][2], side.name
-        assert choice_data["stop_reason"] is not None, side.name  # ended by its end-of-turn token
 
 
 def call_shape(events: list[Any]) -> list[str]:
@@ -428,25 +435,24 @@ async def test_a_streamed_forced_call_is_vllms_sequence(
         for shape, a in zip(shapes, (engine, stub), strict=True)
     ]
     for kind in set(shapes[0]) - {"DONE"}:
-        assert_fields_are_vllms(last_of_kind[1][kind], last_of_kind[0][kind], kind)
+        stub_chunk, engine_chunk = last_of_kind[1][kind], last_of_kind[0][kind]
+        assert_fields_are_vllms(ended(stub_chunk), ended(engine_chunk), kind)
     for side, answer in zip(sides, (engine, stub), strict=True):
-        chunks = [e for e in answer.events()[1:-2]]
-        calls = [c["choices"][0]["delta"]["tool_calls"] for c in chunks]
-        assert all(len(call) == 1 and call[0]["index"] == 0 for call in calls), side.name
-        first, *rest = (call[0] for call in calls)
+        chunks = answer.events()[1:-2]
+        calls = [c["choices"][0]["delta"].get("tool_calls", []) for c in chunks]
+        assert all(call[0]["index"] == 0 for call in calls if call), side.name
+        first, *rest = (call[0] for call in calls if call)
         assert first["function"]["name"] == "set_mode", side.name
         assert all(set(r) == {"index", "function"} for r in rest), side.name
-        assert rest[-1]["function"]["arguments"] == "", side.name  # the end-of-turn token
         arguments = "".join(call["function"]["arguments"] for call in (first, *rest))
         parsed = json.loads(arguments)
         jsonschema.validate(parsed, MODE_SCHEMA)
-        finish = chunks[-1]["choices"][0]
-        assert finish["finish_reason"] == CHOICES[choice][2], side.name
-        assert finish["stop_reason"] is not None, side.name
+        assert chunks[-1]["choices"][0]["finish_reason"] == CHOICES[choice][2], side.name
 
 
 async def test_a_forced_call_cut_by_max_tokens(sides: list[Side], new_clip: Any) -> None:
     engine, stub = await both(sides, {**tool_body(new_clip(), "named"), "max_tokens": 3})
+    assert (engine.status, stub.status) == (200, 200), (engine.body, stub.body)
     assert_fields_are_vllms(stub.json(), engine.json(), "answer")
     for side, answer in zip(sides, (engine.json(), stub.json()), strict=True):
         choice_data = answer["choices"][0]
