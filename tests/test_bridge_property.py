@@ -152,10 +152,10 @@ def leaves(value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
     """(path, key, value) of every scalar in `value`."""
     if isinstance(value, dict):
         for key, item in value.items():
-            for found in leaves(item, f"{path}.{key}" if path else key):
-                yield found
+            where = f"{path}.{key}" if path else key
+            yield from leaves(item, where)
             if not isinstance(item, dict | list):
-                yield (f"{path}.{key}" if path else key, key, item)
+                yield (where, key, item)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from leaves(item, f"{path}[{index}]")

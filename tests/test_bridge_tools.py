@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-import openai
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream import StubState
