@@ -156,10 +156,11 @@ class Supervisor:
         """Forward `signum` to every worker (the first one also bounds how long they take)."""
         first = self.stopping is None
         self.stopping = self.stopping or signum
+        if first:
+            log.info("%s: stopping %d worker(s)", signum.name, len(self.workers))
         for worker in self.workers.values():
             self._signal(worker, signum)
         if first:
-            log.info("%s: stopping %d worker(s)", signum.name, len(self.workers))
             loop = asyncio.get_running_loop()
             loop.call_later(self.kill_after(signum), self.kill_all)
             if not self.workers:
