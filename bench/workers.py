@@ -116,23 +116,25 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[int, list[dict[str, flo
 
 
 def report(results: dict[int, list[dict[str, float]]], args: argparse.Namespace) -> str:
-    first = statistics.median(p["rps"] for p in results[args.workers[0]])
+    base = results[args.workers[0]]
+    first = statistics.median(p["rps"] for p in base)
     lines = [
         f"concurrency {args.concurrency}, {args.requests} requests a point, {args.rounds} rounds, "
         f"{WORKLOAD.title} by path (warm caches), {os.cpu_count()} cores",
         "",
-        "| workers | req/s per round | median req/s | vs first | gateway CPU ms/req | "
-        "machine busy (cores) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| workers | req/s per round | median req/s | vs first | median of round ratios | "
+        "gateway CPU ms/req | machine busy (cores) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for count, points in results.items():
         median = statistics.median(p["rps"] for p in points)
         rounds = ", ".join(f"{p['rps']:.0f}" for p in points)
         cpu = statistics.median(p["gateway_cpu_ms"] for p in points)
         busy = statistics.median(p["machine_busy_cores"] for p in points)
+        paired = statistics.median(p["rps"] / b["rps"] for p, b in zip(points, base, strict=True))
         lines.append(
-            f"| {count} | {rounds} | {median:.0f} | {median / first:.2f}x | {cpu:.2f} | "
-            f"{busy:.2f} |"
+            f"| {count} | {rounds} | {median:.0f} | {median / first:.2f}x | {paired:.2f}x | "
+            f"{cpu:.2f} | {busy:.2f} |"
         )
     return "\n".join(lines)
 

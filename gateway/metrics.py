@@ -37,18 +37,6 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._multiprocess_dir: str | None = None
         registry = self.registry
-        self.workers = Gauge(
-            "audio_gateway_workers",
-            "Serving processes of this gateway running now ([server] workers).",
-            registry=registry,
-            multiprocess_mode=LIVE_SUM,
-        )
-        self.workers.set(1)
-        self.worker_restarts = Counter(
-            "audio_gateway_worker_restarts",
-            "Workers started again after one died while serving ([server] workers > 1).",
-            registry=registry,
-        )
         self.cache_hits = Counter(
             "audio_gateway_cache_hits",
             "Clip lookups served from the cache or by another request's in-flight encode.",
@@ -188,6 +176,18 @@ class GatewayMetrics:
         # Both series exist from the start (a dashboard's rate() needs no first clip).
         self._sidechannel_clips = self.clips.labels("sidechannel")
         self._content_part_clips = self.clips.labels("content_part")
+        self.workers = Gauge(
+            "audio_gateway_workers",
+            "Serving processes of this gateway running now ([server] workers).",
+            registry=registry,
+            multiprocess_mode=LIVE_SUM,
+        )
+        self.workers.set(1)
+        self.worker_restarts = Counter(
+            "audio_gateway_worker_restarts",
+            "Workers started again after one died while serving ([server] workers > 1).",
+            registry=registry,
+        )
 
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}
