@@ -73,6 +73,15 @@ async def scrape(session: aiohttp.ClientSession, gateway: Gateway) -> dict[str, 
         return parse_metrics(await response.text())
 
 
+async def until_scraped(
+    session: aiohttp.ClientSession, gateway: Gateway, name: str, value: float
+) -> None:
+    deadline = asyncio.get_running_loop().time() + BOUND_SECONDS
+    while (await scrape(session, gateway))[name] != value:
+        assert asyncio.get_running_loop().time() < deadline, f"{name} never became {value}"
+        await asyncio.sleep(0.1)
+
+
 async def chat(session: aiohttp.ClientSession, gateway: Gateway, body: dict[str, Any]) -> None:
     async with session.post(f"{gateway.url}{CHAT}", json=body) as response:
         assert response.status == 200, await response.text()
@@ -133,6 +142,30 @@ class TestOnePortTwoWorkers:
         assert len(clips) <= data <= 2 * len(clips)  # each worker sends a clip's data once
         assert data + references == len(clips) * seeds
         assert stub.mm_cache.stats()["items"] == len(clips)
+
+    async def test_caches_emptied_through_one_worker_are_forgotten_by_every_worker(
+        self, stub_server: TestServer, stub: StubState, audio_dir: Path, tmp_path: Path
+    ) -> None:
+        clips = ["a.wav", "b.wav", "c.wav"]
+        sections = {"audio": {"root": str(audio_dir)}, "splice": {"repeats": "reference"}}
+        async with (
+            serve(stub_server, tmp_path, sections=sections, **WORKERS) as gateway,
+            fresh_session() as session,
+        ):
+            await until_ready(session, gateway)
+            for _ in range(2):
+                for _ in range(8):
+                    for clip in clips:
+                        await chat(session, gateway, chat_body({"audio_path": clip}))
+                assert set(served_by(gateway, "chat_completions")) == {1, 2}
+                async with session.post(f"{gateway.url}/reset_mm_cache") as response:
+                    assert response.status == 200
+                assert stub.mm_cache.stats()["items"] == 0
+                await until_scraped(session, gateway, "audio_gateway_reference_clips", 0)
+            samples = await scrape(session, gateway)
+        assert stub.rejected == stub.mm_cache.uuid_misses == 0  # no reference missed
+        retries = [v for n, v in samples.items() if n.startswith("audio_gateway_reference_retries")]
+        assert sum(retries) == 0
 
     async def test_a_worker_that_dies_is_logged_and_replaced_and_readiness_waits_for_it(
         self, stub_server: TestServer, tmp_path: Path

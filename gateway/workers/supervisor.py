@@ -3,7 +3,9 @@
 It checks the port (`port.py`), makes a private directory for the workers' metrics
 (`PROMETHEUS_MULTIPROC_DIR`, removed at exit), and starts the workers, each in its own process
 group (a Ctrl-C in a terminal reaches the supervisor alone, which forwards it once). It tells
-every worker how many serve whenever that changes (their readiness needs all of them).
+every worker how many serve whenever that changes (their readiness needs all of them), and
+passes on a worker's word that it relayed a request emptying vLLM's caches (`/reset_mm_cache`,
+`/pause`, `/sleep`), so every worker's record of the clips vLLM holds forgets them.
 
 - SIGTERM or SIGINT: forwarded to every worker, which drains as a single gateway does (a second
   one is forwarded too: it hurries the drain); the supervisor exits once all have, 0 if all
@@ -34,7 +36,7 @@ from prometheus_client import multiprocess
 from ..config import Config
 from ..lifecycle import CANCELLED_GRACE_SECONDS, CUT_GRACE_SECONDS, STOP_SIGNALS
 from .port import check_port
-from .wire import SERVING, WorkerSpec, encode_spec, serving_line
+from .wire import CLEARED, SERVING, WorkerSpec, encode_spec, serving_line
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +115,14 @@ class Supervisor:
         return sum(worker.serving for worker in self.workers.values())
 
     def tell_serving(self) -> None:
-        line = serving_line(self.serving())
+        self.tell(serving_line(self.serving()))
+
+    def tell(self, line: bytes, but: Worker | None = None) -> None:
+        """Write `line` to every running worker (`but` one)."""
         for worker in self.workers.values():
-            if worker.process.stdin is not None and not worker.process.stdin.is_closing():
-                worker.process.stdin.write(line)
+            stdin = worker.process.stdin
+            if worker is not but and stdin is not None and not stdin.is_closing():
+                stdin.write(line)
 
     async def watch(self, worker: Worker) -> None:
         process = worker.process
@@ -126,6 +132,8 @@ class Supervisor:
                 worker.serving = True
                 log.info("worker %d of %d serving (pid %d)", worker.index, self.count, process.pid)
                 self.tell_serving()
+            elif line.strip() == CLEARED:
+                self.tell(CLEARED + b"\n", but=worker)
         code = await process.wait()
         del self.workers[worker.index]
         # Its live gauges leave the metrics; its counters stay in the sums.

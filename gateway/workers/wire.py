@@ -1,9 +1,12 @@
 """What a supervisor and its worker say to each other, over the worker's stdin and stdout.
 
 stdin, supervisor to worker: first the worker's `WorkerSpec`, pickled, after its length (4 bytes,
-big-endian); then a line `serving N` each time the number of serving workers changes. Its end
-(EOF) means the supervisor is gone: the worker drains as on SIGTERM.
-stdout, worker to supervisor: the line `serving`, once its port is open.
+big-endian); then a line `serving N` each time the number of serving workers changes, and
+`cleared` when another worker relayed a request that emptied the upstream's caches (this
+worker's record of the clips vLLM holds is then wrong). Its end (EOF) means the supervisor is
+gone: the worker drains as on SIGTERM.
+stdout, worker to supervisor: the line `serving`, once its port is open; `cleared`, when it
+relayed such a request.
 
 Pickle is safe here: both ends are this gateway's own processes, over pipes no one else holds.
 """
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from ..config import Config
 
 SERVING = b"serving"
+CLEARED = b"cleared"
 LENGTH_BYTES = 4
 
 

@@ -15,23 +15,26 @@ import os
 import signal
 import sys
 
-from ..app import create_app, metrics_key, peers_key
+from ..app import create_app, metrics_key, peers_key, reference_relay_key
 from ..config import ConfigError
 from ..lifecycle import StopSignals, serve_app
 from ..metrics import SAMPLE_SECONDS, GatewayMetrics
+from ..references.held import UpstreamClips
 from ..serving.logs import configure_logging
 from ..serving.peers import Peers
 from ..serving.tuning import event_loop_factory, tune_garbage_collector
-from .wire import SERVING, WorkerSpec, parse_serving, read_spec
+from .wire import CLEARED, SERVING, WorkerSpec, parse_serving, read_spec
 
 STDIN, STDOUT = 0, 1
 
 
 class SupervisorLink:
-    """The worker's end of the pipes: `serving N` lines update `peers`; their end stops it."""
+    """The worker's end of the pipes: `serving N` lines update `peers`, `cleared` empties the
+    record of what vLLM holds (`clips`, with references); their end stops the worker."""
 
-    def __init__(self, peers: Peers) -> None:
+    def __init__(self, peers: Peers, clips: UpstreamClips | None) -> None:
         self._peers = peers
+        self._clips = clips
         self._signals: StopSignals | None = None
         self._gone = False
         self._reader: asyncio.StreamReader | None = None
@@ -50,6 +53,8 @@ class SupervisorLink:
         while line := await self._reader.readline():
             if (count := parse_serving(line)) is not None:
                 self._peers.serving = count
+            elif line.strip() == CLEARED and self._clips is not None:
+                self._clips.forget_all()
         self._gone = True
         if self._signals is not None:
             self._signals.received(signal.SIGTERM)
@@ -60,6 +65,10 @@ class SupervisorLink:
         os.write(STDOUT, SERVING + b"\n")
         if self._gone:
             signals.received(signal.SIGTERM)
+
+    def upstream_cleared(self) -> None:
+        """This worker relayed a request that emptied the upstream's caches: the others forget."""
+        os.write(STDOUT, CLEARED + b"\n")
 
     def close(self) -> None:
         if self._task is not None:
@@ -81,7 +90,10 @@ async def serve_worker(spec: WorkerSpec) -> None:
     metrics.aggregate_from(spec.metrics_dir)
     if spec.restart:
         metrics.worker_restarts.inc()
-    link = SupervisorLink(peers)
+    references = app.get(reference_relay_key)
+    link = SupervisorLink(peers, references.clips if references is not None else None)
+    if references is not None:
+        references.on_upstream_cleared = link.upstream_cleared
     await link.open()
     sampler = asyncio.create_task(write_sampled_gauges(metrics))
     try:
