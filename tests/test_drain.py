@@ -65,10 +65,12 @@ async def serve(
     *args: str,
     sections: dict[str, dict[str, Any]] | None = None,
     env: dict[str, str] | None = None,
+    new_session: bool = False,
     **server: Any,
 ) -> AsyncIterator[Gateway]:
     """`python -m gateway serve --config FILE ARGS` in front of the stub: `[server]` keys from
-    `server`, other sections from `sections`, environment variables added from `env`."""
+    `server`, other sections from `sections`, environment variables added from `env`; with
+    `new_session`, in a process group of its own (as a terminal's foreground job)."""
     upstream = str(stub_server.make_url("")).rstrip("/")
     tables: dict[str, dict[str, Any]] = {"server": {"malloc_tuning": False, **server}}
     for name, values in (sections or {}).items():
@@ -89,6 +91,7 @@ async def serve(
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **(env or {})},
+        start_new_session=new_session,
     )
     gateway = Gateway(process, port)
     reader = asyncio.create_task(collect_stderr(process, gateway.log))

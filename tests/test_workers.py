@@ -21,10 +21,19 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from gateway.config import MAX_WORKERS, ConfigError, validate_config
 from gateway.serving.peers import Peers
 from gateway.stub_upstream import StubState
+from gateway.workers.wire import (
+    WorkerSpec,
+    encode_spec,
+    parse_serving,
+    read_spec,
+    serving_line,
+)
 from tests.conftest import chat_body, parse_metrics
 from tests.test_config import REPO_ROOT, free_port
 from tests.test_drain import (
@@ -224,6 +233,38 @@ class TestOnePortTwoWorkers:
         assert stopped_workers(gateway) == 2
         assert list(scratch.iterdir()) == []
 
+    async def test_a_terminal_ctrl_c_reaches_each_worker_once_so_streams_finish(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path
+    ) -> None:
+        """SIGINT to the whole foreground process group: a worker that got it twice (from the
+        terminal and from the supervisor) would cut its streams at once."""
+        async with (
+            serve(stub_server, tmp_path, new_session=True, **WORKERS) as gateway,
+            fresh_session() as session,
+        ):
+            await until_ready(session, gateway)
+            async with contextlib.AsyncExitStack() as stack:
+                held = [
+                    await stack.enter_async_context(held_stream(session, gateway)) for _ in range(6)
+                ]
+                os.killpg(gateway.process.pid, signal.SIGINT)
+                await until(lambda: len(waited_for(gateway, "SIGINT")) == 2)
+                stub.hold.set()
+                for response in held:
+                    assert (await response.read()).endswith(b"data: [DONE]\n\n")
+            assert await gateway.exit_code() == 0
+        assert not [r for r in log_records(gateway) if "again" in r["message"]]
+
+    async def test_workers_drain_and_exit_when_the_supervisor_is_killed(
+        self, stub_server: TestServer, tmp_path: Path
+    ) -> None:
+        async with serve(stub_server, tmp_path, **WORKERS) as gateway, fresh_session() as session:
+            await until_ready(session, gateway)
+            pids = [pid for _, pid in worker_pids(gateway)]
+            gateway.process.kill()
+            await until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids))
+        assert len(waited_for(gateway)) == 2 and stopped_workers(gateway) == 2
+
     async def test_a_worker_that_cannot_start_stops_the_gateway_with_status_2(
         self, tmp_path: Path
     ) -> None:
@@ -260,10 +301,10 @@ def stopped_workers(gateway: Gateway) -> int:
     return sum(1 for r in log_records(gateway) if r.get("worker") and r["message"] == "stopped")
 
 
-def waited_for(gateway: Gateway) -> list[int]:
-    """Per worker that closed its listener on SIGTERM: the requests in flight it waited for."""
+def waited_for(gateway: Gateway, signal_name: str = "SIGTERM") -> list[int]:
+    """Per worker that closed its listener on the signal: the requests in flight it waited for."""
     lines = [r["message"] for r in log_records(gateway)]
-    closed = [m for m in lines if m.startswith("SIGTERM: listener closed")]
+    closed = [m for m in lines if m.startswith(f"{signal_name}: listener closed")]
     return [int(m.split("waiting up to ")[1].split(" for ")[1].split(" ")[0]) for m in closed]
 
 
@@ -300,3 +341,34 @@ class TestPeers:
             assert f"{serving} of 3 workers are serving" in verdict.message
         peers.serving = 3
         assert peers.verdict() is None
+
+
+class TestWire:
+    @given(st.integers(min_value=0, max_value=10**6))
+    def test_a_serving_line_reads_back_as_its_count(self, count: int) -> None:
+        assert parse_serving(serving_line(count)) == count
+
+    @given(st.binary(max_size=40))
+    def test_any_other_line_is_not_a_count(self, line: bytes) -> None:
+        assume(not line.strip().startswith(b"serving "))
+        assert parse_serving(line) is None
+
+    @given(
+        st.integers(min_value=1, max_value=MAX_WORKERS),
+        st.integers(min_value=1, max_value=MAX_WORKERS),
+        st.booleans(),
+        st.binary(max_size=64),
+    )
+    def test_a_spec_reads_back_and_leaves_what_follows_it(
+        self, index: int, workers: int, restart: bool, after: bytes
+    ) -> None:
+        config = validate_config({"server": {"workers": workers, "api_keys": ["k-1"]}})
+        spec = WorkerSpec(config, index, workers, "/tmp/metrics", "DEBUG", restart=restart)
+        read_end, write_end = os.pipe()
+        try:
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(encode_spec(spec) + after)
+            assert read_spec(read_end) == spec
+            assert os.read(read_end, len(after) + 1) == after
+        finally:
+            os.close(read_end)
