@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from gateway.config import MAX_WORKERS, ConfigError, validate_config
 from gateway.serving.peers import Peers
 from gateway.stub_upstream import StubState
+from gateway.workers.supervisor import describe_exit
 from gateway.workers.wire import (
     WorkerSpec,
     encode_spec,
@@ -372,3 +373,17 @@ class TestWire:
             assert os.read(read_end, len(after) + 1) == after
         finally:
             os.close(read_end)
+
+
+class TestExitWords:
+    @given(st.integers(min_value=-64, max_value=255))
+    def test_every_status_reads_as_words(self, code: int) -> None:
+        words = describe_exit(code)
+        assert words.startswith("exited with status" if code >= 0 else "was killed by")
+        assert (
+            (str(code) in words)
+            if code >= 0
+            else words.endswith(
+                signal.Signals(-code).name if -code in set(signal.Signals) else str(-code)
+            )
+        )

@@ -1,9 +1,9 @@
 """`GET /gateway/ready`: whether this gateway should get traffic (a readiness probe).
 
-Ready means: no drain has started, every worker of the gateway serves (`[server] workers`;
-`peers.py`), every local audio root is still a directory the gateway may
-list and enter (an unmounted volume is not ready: `audio_root_unreadable`), and the upstream
-answered its own `GET /health` with 200. The upstream probe is the gateway's own request, built
+Ready means: no drain has started, every worker of the gateway serves (`[server] workers`:
+`peers.py`), every local audio root is still a directory the gateway may list and enter (an
+unmounted volume is not ready: `audio_root_unreadable`), and the upstream answered its own
+`GET /health` with 200. The upstream probe is the gateway's own request, built
 here with no header of the prober's (the pool adds `Host` and, when configured,
 `upstream.api_key`). A probe's result is kept for `RESULT_TTL_SECONDS`, and at most one probe
 is in flight: concurrent readiness calls share it, so a burst of probers costs the upstream one

@@ -5,6 +5,6 @@ forwards SIGTERM and SIGINT to them, and starts a worker again when one dies whi
 `worker` is one serving process (the ordinary app, listening with SO_REUSEPORT); `wire` is what
 the two say over the worker's stdin and stdout; `port` checks the port before any worker starts.
 
-May import: `app`, `lifecycle`, `config`, `metrics`, `references`, `serving`. Nothing imports it but
-`__main__`.
+May import: `app`, `lifecycle`, `config`, `metrics`, `references`, `serving`. Nothing imports
+it but `__main__`.
 """

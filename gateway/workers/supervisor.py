@@ -195,6 +195,10 @@ class Supervisor:
 
 
 def describe_exit(code: int) -> str:
-    if code < 0:
+    """`code` as `Process.returncode` gives it (a signal as its negative), in words."""
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
         return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with status {code}"
+    except ValueError:  # a signal without a name (a real-time one)
+        return f"was killed by signal {-code}"
