@@ -53,6 +53,16 @@ ADDED_LATENCY_COUNT = 'audio_gateway_added_latency_seconds_count{route="chat_com
 SCRAPES_PER_WORKER = 3
 
 
+def serve_workers(
+    stub_server: TestServer, tmp_path: Path, **options: Any
+) -> contextlib.AbstractAsyncContextManager[Gateway]:
+    """`serve` with `WORKERS`; the metrics directory under `tmp_path`, where it stays when the
+    test's end kills the supervisor (SIGKILL leaves it no time to remove it)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    return serve(stub_server, tmp_path, env={"TMPDIR": str(scratch)}, **options, **WORKERS)
+
+
 def log_records(gateway: Gateway) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gateway.log if line.startswith("{")]
 
@@ -115,7 +125,7 @@ class TestOnePortTwoWorkers:
         self, stub_server: TestServer, tmp_path: Path
     ) -> None:
         sent = 40
-        async with serve(stub_server, tmp_path, **WORKERS) as gateway, fresh_session() as session:
+        async with serve_workers(stub_server, tmp_path) as gateway, fresh_session() as session:
             await until_ready(session, gateway)
             for _ in range(sent):
                 await chat(session, gateway, chat_body())
@@ -135,7 +145,7 @@ class TestOnePortTwoWorkers:
         clips, seeds = ["a.wav", "b.wav", "c.wav"], 8
         sections = {"audio": {"root": str(audio_dir)}, "splice": {"repeats": "reference"}}
         async with (
-            serve(stub_server, tmp_path, sections=sections, **WORKERS) as gateway,
+            serve_workers(stub_server, tmp_path, sections=sections) as gateway,
             fresh_session() as session,
         ):
             await until_ready(session, gateway)
@@ -160,7 +170,7 @@ class TestOnePortTwoWorkers:
         clips = ["a.wav", "b.wav", "c.wav"]
         sections = {"audio": {"root": str(audio_dir)}, "splice": {"repeats": "reference"}}
         async with (
-            serve(stub_server, tmp_path, sections=sections, **WORKERS) as gateway,
+            serve_workers(stub_server, tmp_path, sections=sections) as gateway,
             fresh_session() as session,
         ):
             await until_ready(session, gateway)
@@ -181,7 +191,7 @@ class TestOnePortTwoWorkers:
     async def test_a_worker_that_dies_is_logged_and_replaced_and_readiness_waits_for_it(
         self, stub_server: TestServer, tmp_path: Path
     ) -> None:
-        async with serve(stub_server, tmp_path, **WORKERS) as gateway, fresh_session() as session:
+        async with serve_workers(stub_server, tmp_path) as gateway, fresh_session() as session:
             await until_ready(session, gateway)
             for _ in range(10):
                 await chat(session, gateway, chat_body())
@@ -208,12 +218,10 @@ class TestOnePortTwoWorkers:
     async def test_sigterm_drains_every_worker_and_the_metrics_directory_goes(
         self, stub_server: TestServer, stub: StubState, tmp_path: Path
     ) -> None:
-        scratch = tmp_path / "tmp"
-        scratch.mkdir()
-        env = {"TMPDIR": str(scratch)}
+        scratch = tmp_path / "tmp"  # serve_workers' TMPDIR
         streams = 12
         async with (
-            serve(stub_server, tmp_path, env=env, **WORKERS) as gateway,
+            serve_workers(stub_server, tmp_path) as gateway,
             fresh_session() as session,
         ):
             await until_ready(session, gateway)
@@ -240,7 +248,7 @@ class TestOnePortTwoWorkers:
         """SIGINT to the whole foreground process group: a worker that got it twice (from the
         terminal and from the supervisor) would cut its streams at once."""
         async with (
-            serve(stub_server, tmp_path, new_session=True, **WORKERS) as gateway,
+            serve_workers(stub_server, tmp_path, new_session=True) as gateway,
             fresh_session() as session,
         ):
             await until_ready(session, gateway)
@@ -259,7 +267,7 @@ class TestOnePortTwoWorkers:
     async def test_workers_drain_and_exit_when_the_supervisor_is_killed(
         self, stub_server: TestServer, tmp_path: Path
     ) -> None:
-        async with serve(stub_server, tmp_path, **WORKERS) as gateway, fresh_session() as session:
+        async with serve_workers(stub_server, tmp_path) as gateway, fresh_session() as session:
             await until_ready(session, gateway)
             pids = [pid for _, pid in worker_pids(gateway)]
             gateway.process.kill()

@@ -49,6 +49,8 @@ CLEAN_EXITS = frozenset({0, -signal.SIGTERM, -signal.SIGINT})  # during a stop
 def run_workers(config: Config, log_level: str) -> int:
     """Serve with `config.server.workers` workers until stopped; the exit status."""
     port = check_port(config.server)
+    if port != config.server.port:
+        log.info("server.port = 0: the workers share port %d", port)
     config = config.with_overrides(server={"port": port})
     with tempfile.TemporaryDirectory(prefix="audio-gateway-metrics-") as metrics_dir:
         return asyncio.run(Supervisor(config, log_level, metrics_dir).run())
