@@ -36,7 +36,7 @@ from gateway.stub_upstream.tokens import AUDIO_PAD
 from tests.conftest import parse_metrics
 
 from .conftest import MM_CACHE_GB, QWEN
-from .helpers import BOUND_SECONDS, CHAT, MAX_TOKENS, write_clip
+from .helpers import BOUND_SECONDS, CHAT, MAX_TOKENS, MODE_SCHEMA, write_clip
 
 pytestmark = pytest.mark.timeout(180, func_only=True)
 SECONDS = 1.0  # 25 placeholders on both sides (no rounding to tell apart)
@@ -344,15 +344,6 @@ async def test_cache_effects_of_each_kind_of_item(sides: list[Side], new_clip: A
 
 # --- forced tool calls ------------------------------------------------------------------------
 
-MODE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "mode": {"type": "string", "enum": ["loud", "quiet"]},
-        "on": {"type": "boolean"},
-    },
-    "required": ["mode", "on"],
-    "additionalProperties": False,
-}
 TOOLS = [{"type": "function", "function": {"name": "set_mode", "parameters": MODE_SCHEMA}}]
 NAMED = {"type": "function", "function": {"name": "set_mode"}}
 CALL_MAX_TOKENS = 60  # the call is ~26 tokens on the tiny engine (a character or two each)
