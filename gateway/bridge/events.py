@@ -128,7 +128,7 @@ class ChatStreamTranslator:
             events += self._message(events).refusal(refusal)
         calls = delta.get("tool_calls")
         for call in calls if isinstance(calls, list) else []:
-            if isinstance(call, dict):
+            if isinstance(call, dict) and self._failure is None:
                 events += self._tool_call(call)
         return events
 
