@@ -1,0 +1,74 @@
+"""How the bench's HTTP clients hold their connections, and a count of the ones they open.
+
+`keep-alive` (the default) is what NeMo Gym's aiohttp sessions and the openai SDK's httpx
+client do: a pool whose connections serve request after request. `per-request` opens a
+connection for every request and closes it after the answer (aiohttp's `force_close`, which
+also sends `Connection: close`), so the server under test pays an accept and a close each time,
+which a vLLM behind the gateway's own pool never pays. Every session counts the connections it
+opens, so a result can show the pool was reused (a handful per run) or not (one per request).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+KEEP_ALIVE = "keep-alive"
+PER_REQUEST = "per-request"
+CLIENT_CONNECTIONS = (KEEP_ALIVE, PER_REQUEST)
+DESCRIPTIONS = {
+    KEEP_ALIVE: "clients keep their connections alive (a pool, as aiohttp and httpx do)",
+    PER_REQUEST: "clients open one connection per request (--connection-per-request)",
+}
+
+
+def connections_mode(per_request: bool) -> str:
+    return PER_REQUEST if per_request else KEEP_ALIVE
+
+
+@dataclass
+class ConnectionCount:
+    """Connections a session opened (a trace of aiohttp's connection creation)."""
+
+    opened: int = 0
+
+    def trace(self) -> aiohttp.TraceConfig:
+        config = aiohttp.TraceConfig()
+        config.on_connection_create_end.append(self._opened)
+        return config
+
+    async def _opened(self, *_: Any) -> None:
+        self.opened += 1
+
+
+def client_session(
+    connections: str, limit: int = 0, timeout_s: float = 300.0, **kwargs: Any
+) -> tuple[aiohttp.ClientSession, ConnectionCount]:
+    """A session holding its connections as `connections` says, and its connection count.
+    `limit` caps the pool (0: no cap); extra keyword arguments go to the session."""
+    if connections not in CLIENT_CONNECTIONS:
+        raise ValueError(f"unknown client connections mode {connections!r}")
+    count = ConnectionCount()
+    connector = aiohttp.TCPConnector(
+        limit=limit, limit_per_host=0, force_close=connections == PER_REQUEST
+    )
+    session = aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        trace_configs=[count.trace()],
+        **kwargs,
+    )
+    return session, count
+
+
+def describe(connections: str, opened: int, requests: int) -> dict[str, Any]:
+    """The result fields every bench writes about its clients."""
+    return {
+        "connections": connections,
+        "description": DESCRIPTIONS[connections],
+        "connections_opened": opened,
+        "requests": requests,
+        "connections_per_request": opened / requests if requests else None,
+    }
