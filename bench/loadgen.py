@@ -4,8 +4,9 @@ It runs in a separate process so its CPU is never charged to the proxy under tes
 bodies are built once per (workload, body form) before any timing, as bytes; a measured point
 is N workers sharing one connection pool, each sending its next request as soon as its last
 answer is read; the pool keeps its connections alive unless the run says `"connections":
-"per-request"` (bench/clients.py), and the answer counts the connections it opened. Every answer must be 200; on a sample (every Nth request, and every request of
-a big clip) the stub's decoded sha256 is compared with the clip's. Latencies go back raw (in
+"per-request"` (bench/clients.py), and the answer counts the connections it opened. Every
+answer must be 200; on a sample (every Nth request, and every request of a big clip) the
+stub's decoded sha256 is compared with the clip's. Latencies go back raw (in
 microseconds) so several loadgen processes can be merged.
 
 Protocol: one JSON object per line on stdin, one JSON answer per line on stdout.

@@ -72,3 +72,10 @@ def test_the_flag_and_the_result_fields() -> None:
     assert describe(KEEP_ALIVE, 0, 0)["connections_per_request"] is None
     with pytest.raises(ValueError, match="unknown"):
         client_session("sometimes")
+
+
+def test_the_system_bench_flag() -> None:
+    from bench.system import parse_args
+
+    assert parse_args([]).connections == KEEP_ALIVE
+    assert parse_args(["--connection-per-request"]).connections == PER_REQUEST
