@@ -42,7 +42,14 @@ from typing import Any
 import aiohttp
 
 from bench import procstat
-from bench.clients import KEEP_ALIVE, PER_REQUEST, client_session, describe
+from bench.clients import (
+    AIOHTTP_IDLE_S,
+    KEEP_ALIVE,
+    PER_REQUEST,
+    VLLM_IDLE_S,
+    ClientPools,
+    describe,
+)
 from bench.modes import ServerProcess, free_port, start
 from bench.system_clips import FORMS, Form, write_clip
 from bench.system_split import again_name
@@ -200,11 +207,13 @@ class Bench:
         self,
         processes: Processes,
         clips_dir: Path,
-        sessions: tuple[aiohttp.ClientSession, aiohttp.ClientSession],
+        pools: ClientPools,
+        metrics_session: aiohttp.ClientSession,
     ) -> None:
         self.processes = processes
         self.clips_dir = clips_dir
-        self.session, self.metrics_session = sessions  # requests; vLLM's /metrics
+        self.pools = pools  # the requests' clients, one per mode
+        self.metrics_session = metrics_session  # vLLM's /metrics, not counted
         self.seed = 0
         self.cells: dict[tuple[str, str], Cell] = {}
 
@@ -248,19 +257,20 @@ class Bench:
         self, workload: Workload, mode: str, clips: list[Path | None], cell: Cell
     ) -> None:
         url = self.url(mode)
+        session = self.pools.session(mode, VLLM_IDLE_S if mode == "vllm-direct" else AIOHTTP_IDLE_S)
         if workload.kind == "wave":
             assert clips[0] is not None
             body = chat_body(clips[0], mode, [])
-            await asyncio.gather(*(post(self.session, url, body, cell) for _ in range(SEEDS)))
+            await asyncio.gather(*(post(session, url, body, cell) for _ in range(SEEDS)))
         elif workload.kind == "turns":
-            await asyncio.gather(*(conversation(self.session, url, c, mode, cell) for c in clips))
+            await asyncio.gather(*(conversation(session, url, c, mode, cell) for c in clips))
         elif workload.kind == "first":
             for clip in clips:
                 assert clip is not None
-                await post(self.session, url, chat_body(clip, mode, []), cell)
+                await post(session, url, chat_body(clip, mode, []), cell)
         else:
             body = chat_body(None, mode, [])
-            await asyncio.gather(*(post(self.session, url, body, cell) for _ in range(SEEDS)))
+            await asyncio.gather(*(post(session, url, body, cell) for _ in range(SEEDS)))
 
     @staticmethod
     def clip_count(workload: Workload) -> int:
@@ -338,10 +348,14 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 gateways[mode] = start_gateway(workdir, mode, engine.url, clips_dir)
         resampling = can_resample(venv)
         plan = workloads(args.seconds, args.forms)
-        session, opened = client_session(args.connections, timeout_s=REQUEST_TIMEOUT_S)
-        async with session, aiohttp.ClientSession() as metrics_session:
-            bench = Bench(Processes(engine, gateways), clips_dir, (session, metrics_session))
-            skipped = await run_plan(bench, plan, args, resampling)
+        pools = ClientPools(args.connections, REQUEST_TIMEOUT_S)
+        idle = aiohttp.TCPConnector(keepalive_timeout=VLLM_IDLE_S)
+        async with aiohttp.ClientSession(connector=idle) as metrics_session:
+            bench = Bench(Processes(engine, gateways), clips_dir, pools, metrics_session)
+            try:
+                skipped = await run_plan(bench, plan, args, resampling)
+            finally:
+                await pools.close()
             engine_rss = engine.rss_bytes()
         requests = sum(cell.requests for cell in bench.cells.values())
         return {
@@ -352,7 +366,7 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "skipped": skipped,
             "workloads": [w.name for w in plan],
             "modes": args.modes,
-            "client": describe(args.connections, opened.opened, requests),
+            "client": describe(args.connections, pools.opened, requests),
             "uuid_only_waves": [again_name(w.name) for w in plan if w.kind == "wave"],
             "cells": {f"{w}|{m}": cell.row() for (w, m), cell in bench.cells.items()},
         }

@@ -11,7 +11,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bench.clients import KEEP_ALIVE, PER_REQUEST, client_session, connections_mode, describe
+from bench.clients import (
+    KEEP_ALIVE,
+    PER_REQUEST,
+    ClientPools,
+    client_session,
+    connections_mode,
+    describe,
+)
 
 REQUESTS = 24
 CONCURRENCY = 4
@@ -79,3 +86,16 @@ def test_the_system_bench_flag() -> None:
 
     assert parse_args([]).connections == KEEP_ALIVE
     assert parse_args(["--connection-per-request"]).connections == PER_REQUEST
+
+
+async def test_pools_are_one_session_a_target_and_count_together(server: TestServer) -> None:
+    pools = ClientPools(KEEP_ALIVE, timeout_s=30)
+    url = str(server.make_url("/v1/chat/completions"))
+    try:
+        assert pools.session("gateway") is pools.session("gateway")
+        for target in ("gateway", "vllm-direct", "gateway"):
+            async with pools.session(target).post(url, json={}) as reply:
+                assert reply.status == 200
+    finally:
+        await pools.close()
+    assert pools.opened == len(set(server.app[peers_key])) == 2  # one pool per target
