@@ -100,6 +100,11 @@ class ClientPools:
             )
         return self._sessions[target][0]
 
+    def restart_count(self) -> None:
+        """Count from now on (after a warm-up, say); the pools keep their connections."""
+        for _, count in self._sessions.values():
+            count.opened = 0
+
     @property
     def opened(self) -> int:
         return sum(count.opened for _, count in self._sessions.values())

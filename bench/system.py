@@ -384,6 +384,7 @@ async def run_plan(
     for mode in args.modes:  # a warm-up wave per mode, not counted
         await bench.run(Workload("warm-up", "wave", FORMS["wav16"], 1.0), mode)
     bench.cells = {key: cell for key, cell in bench.cells.items() if "warm-up" not in key[0]}
+    bench.pools.restart_count()
     for round_ in range(args.waves):
         for workload in plan:
             modes = args.modes[round_ % len(args.modes) :] + args.modes[: round_ % len(args.modes)]

@@ -96,6 +96,10 @@ async def test_pools_are_one_session_a_target_and_count_together(server: TestSer
         for target in ("gateway", "vllm-direct", "gateway"):
             async with pools.session(target).post(url, json={}) as reply:
                 assert reply.status == 200
+        assert pools.opened == len(set(server.app[peers_key])) == 2  # one pool per target
+        pools.restart_count()
+        async with pools.session("gateway").post(url, json={}) as reply:
+            assert reply.status == 200
+        assert pools.opened == 0  # the gateway's pool reused its connection
     finally:
         await pools.close()
-    assert pools.opened == len(set(server.app[peers_key])) == 2  # one pool per target
