@@ -407,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
         results = asyncio.run(measure(args, Path(tmp)))
+    results["argv"] = sys.argv[1:] if argv is None else argv
     write_results(results, args.results_dir, args.name, plot_png=not args.no_plot)
     failed = sum(cell["errors"] for cell in results["cells"].values())
     return 1 if failed else 0

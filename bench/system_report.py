@@ -137,7 +137,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['waves']} interleaved waves per workload and mode, {results['seeds']} seeds a "
         "wave, `max_tokens` 4. CPU per request is each thread's time on the CPU "
         "(/proc/<pid>/task/*/schedstat). " + _client_line(results) + "Command: "
-        "`python -m bench.system`.",
+        f"`{' '.join(['python -m bench.system', *results.get('argv', [])])}`.",
         "",
         "## What the pair costs against vLLM alone (16-seed waves, CPU ms per request)",
         "",
