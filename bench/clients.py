@@ -23,8 +23,8 @@ KEEP_ALIVE = "keep-alive"
 PER_REQUEST = "per-request"
 CLIENT_CONNECTIONS = (KEEP_ALIVE, PER_REQUEST)
 DESCRIPTIONS = {
-    KEEP_ALIVE: "clients keep their connections alive (a pool, as aiohttp and httpx do)",
-    PER_REQUEST: "clients open one connection per request (--connection-per-request)",
+    KEEP_ALIVE: "keep-alive (a pool that reuses its connections, as aiohttp and httpx keep theirs)",
+    PER_REQUEST: "one connection per request (--connection-per-request)",
 }
 
 

@@ -62,7 +62,7 @@ def test_clients_keep_alive_and_the_stub_is_paced_by_default() -> None:
     for point in saved["points"]:  # one pool a run, at most `concurrency` connections
         assert 1 <= point["connections_opened"] <= point["concurrency"] * point["rounds"]
     text = render_markdown({**saved, "goals": evaluate_goals(saved)})
-    assert "Clients: clients keep their connections alive" in text
+    assert "Clients: keep-alive (a pool that reuses its connections" in text
     assert "Stub: stub paced like vLLM: at most 2 answers at a time, 25 ms apart" in text
 
 
