@@ -21,7 +21,6 @@ class ChatAnswer:
         self.call = forced_call(body, text, limit)
         self.words = [] if self.call else words[:limit] if limit is not None else words
         self.finish_reason = "length" if len(self.words) < len(words) else "stop"
-        self.stop_reason = None  # an end of turn (the tokenizer's EOS) ended it, or max_tokens
         if self.call is not None:
             self.finish_reason = self.call.finish_reason
         self.reasoning = reasoning
