@@ -214,12 +214,17 @@ def _checked_opener(clip: ResolvedClip) -> Callable[[str, int], int]:
 
 def _same_file(clip: ResolvedClip, info: os.stat_result) -> bool:
     """Whether `info` is the regular file the checks saw: same identity, same version."""
-    return stat.S_ISREG(info.st_mode) and (
-        info.st_ino,
-        info.st_dev,
-        info.st_size,
-        info.st_mtime_ns,
-    ) == (clip.inode, clip.device, clip.size, clip.mtime_ns)
+    return (
+        stat.S_ISREG(info.st_mode)
+        and (
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+        )
+        == clip.version
+    )
 
 
 def _open_error(clip: ResolvedClip, exc: OSError) -> GatewayError:
