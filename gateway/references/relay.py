@@ -63,11 +63,12 @@ class ReferenceRelay:
     ) -> web.StreamResponse:
         """Send `body` to `target` (by reference where the record allows) and `answer` with the
         upstream's response, sending it again with every clip's data when that one missed."""
-        references, sending = await self.clips.plan(body.keys)
+        planned = self.clips.plan_now(body.keys)  # no coroutine when nothing waits
+        references, sending = planned or await self.clips.plan(body.keys)
         try:
             upstream = await self._send(pool, target, headers, body, references, sending)
             if not references:
-                return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
+                return await answer(_Watched(upstream, [], None, sending, watch=True))
             reason, held, rest = await _first_answer(upstream)
             if reason is None:
                 self._saved.inc(body.by_reference(references)[1])
@@ -80,7 +81,7 @@ class ReferenceRelay:
             sending.ended()
             sending = self.clips.sending(list(body.keys))
             upstream = await self._send(pool, target, headers, body, frozenset(), sending)
-            return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
+            return await answer(_Watched(upstream, [], None, sending, watch=True))
         finally:
             sending.ended()
 
@@ -149,18 +150,19 @@ class ReferenceRelay:
 
 async def _first_answer(
     upstream: UpstreamResponse,
-) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes] | None]:
     """Why the upstream's answer to a request with references calls for a retry (None: it
-    does not), the body pieces read to tell, and the rest of the body. Closes `upstream`
+    does not), the body pieces read to tell, and the rest of the body (None: all of it,
+    nothing read). Closes `upstream`
     when the caller is cancelled meanwhile (the client went away)."""
     try:
         if upstream.status == 500:
-            return "upstream_error", [], _nothing()
+            return "upstream_error", [], None
         if upstream.status == 400:
             return await _bad_request(upstream)
         if _is_ok_stream(upstream):
             return await _held_back(upstream)
-        return None, [], upstream.chunks()
+        return None, [], None
     except BaseException:
         upstream.close()
         raise
@@ -168,10 +170,10 @@ async def _first_answer(
 
 async def _bad_request(
     upstream: UpstreamResponse,
-) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes] | None]:
     length = upstream.content_length
     if length is None or length > MISS_BODY_MAX_BYTES:
-        return None, [], upstream.chunks()
+        return None, [], None
     chunks = upstream.chunks()
     received = [chunk async for chunk in chunks]
     reason = "cache_miss" if is_cache_miss(b"".join(received)) else None
@@ -180,7 +182,7 @@ async def _bad_request(
 
 async def _held_back(
     upstream: UpstreamResponse,
-) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes] | None]:
     """Read the stream until its first content (None: go on) or its failure ("stream_error")."""
     watch = AnswerWatch()
     held: list[bytes] = []
@@ -203,13 +205,9 @@ async def _held_back(
 
 def _is_ok_stream(upstream: UpstreamResponse) -> bool:
     """A 2xx event stream: vLLM's streamed chat answer."""
-    content_type = upstream.header(b"content-type") or b""
-    return 200 <= upstream.status < 300 and content_type.startswith(b"text/event-stream")
+    return 200 <= upstream.status < 300 and upstream.event_stream
 
 
-async def _nothing() -> AsyncIterator[bytes]:
-    return
-    yield
 
 
 class _Watched(UpstreamResponse):
@@ -221,15 +219,18 @@ class _Watched(UpstreamResponse):
         self,
         upstream: UpstreamResponse,
         held: list[bytes],
-        rest: AsyncIterator[bytes],
+        rest: AsyncIterator[bytes] | None,
         sending: Sending,
         *,
         watch: bool,
     ) -> None:
+        """`rest`: the body after `held`; None: all of the upstream's body, none read yet."""
         # Not UpstreamResponse.__init__: this one delegates to `upstream`, it owns no connection.
         self._upstream = upstream
         self.status = upstream.status
         self.headers = upstream.headers
+        self.content_length = upstream.content_length
+        self.content_type = upstream.content_type
         self.released = False
         self._held = held
         self._rest = rest
@@ -241,11 +242,21 @@ class _Watched(UpstreamResponse):
         held, self._held = self._held, []
         for chunk in held:
             yield chunk
-        async for chunk in self._rest:
+        rest, self._rest = self._rest or self._upstream.chunks(), None
+        async for chunk in rest:
             self._see(chunk)
             yield chunk
         if self._ok and (self._watch is None or self._watch.verdict != "error"):
             self._sending.succeeded()
+
+    def take_complete(self) -> bytes | None:
+        """The whole body at once, when nothing was read of it yet and nothing watches it."""
+        if self._held or self._rest is not None or self._watch is not None:
+            return None
+        body = self._upstream.take_complete()
+        if body is not None and self._ok:
+            self._sending.succeeded()
+        return body
 
     def _see(self, chunk: bytes) -> None:
         watch = self._watch

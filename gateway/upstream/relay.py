@@ -20,6 +20,7 @@ from ..config import UpstreamConfig
 from ..errors import UpstreamTimeout, UpstreamUnavailable
 from .answered import end_stream, ends_event_stream, mark_answered
 from .body import SegmentedPayload
+from .connection import SMALL_ANSWER_MAX_BYTES
 from .pool import (
     RawHeaders,
     UpstreamClosed,
@@ -47,7 +48,7 @@ HOP_BY_HOP_HEADERS = frozenset(
 )
 # aiohttp has already answered any `Expect: 100-continue`.
 FRAMING_HEADERS = frozenset({"host", "content-length", "expect"})
-BUFFERED_RESPONSE_MAX_BYTES = 1024 * 1024  # larger or unsized answers are streamed
+BUFFERED_RESPONSE_MAX_BYTES = SMALL_ANSWER_MAX_BYTES  # larger or unsized answers are streamed
 RELAY_FAILURES = (UpstreamClosed, UpstreamTimedOut, OSError)
 
 
@@ -176,27 +177,25 @@ def _should_stream(request: web.Request, upstream: UpstreamResponse) -> bool:
     if request.method == "HEAD" or upstream.status in (204, 304):
         return False  # no body, whatever the headers say
     length = upstream.content_length
-    content_type = upstream.header(b"content-type") or b""
-    return (
-        length is None
-        or length > BUFFERED_RESPONSE_MAX_BYTES
-        or content_type.startswith(b"text/event-stream")
-    )
+    return length is None or length > BUFFERED_RESPONSE_MAX_BYTES or upstream.event_stream
 
 
 async def _buffer_back(request: web.Request, upstream: UpstreamResponse) -> web.StreamResponse:
     """A small sized answer, sent in one piece; one cut short is relayed as far as it came."""
-    received: list[bytes] = []
-    try:
-        async for chunk in upstream.chunks():
-            received.append(chunk)
-    except RELAY_FAILURES as exc:  # the upstream's status stands: the client sees the cut
-        return await _stream_back(request, upstream, _then_fail(received, exc))
+    body = upstream.take_complete()  # a small answer is here whole by the time its head is
+    if body is None:
+        received: list[bytes] = []
+        try:
+            async for chunk in upstream.chunks():
+                received.append(chunk)
+        except RELAY_FAILURES as exc:  # the upstream's status stands: the client sees the cut
+            return await _stream_back(request, upstream, _then_fail(received, exc))
+        body = b"".join(received)
     headers = response_headers_for_client(upstream.headers)
     if request.method == "HEAD" and upstream.content_length is not None:
         # It describes the body a GET would get; nginx relays it too. (aiohttp drops it on 304.)
         headers["Content-Length"] = str(upstream.content_length)
-    return web.Response(status=upstream.status, headers=headers, body=b"".join(received))
+    return web.Response(status=upstream.status, headers=headers, body=body)
 
 
 async def _then_fail(received: list[bytes], error: BaseException) -> AsyncIterator[bytes]:
@@ -214,7 +213,7 @@ async def _stream_back(
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     await response.prepare(request)
-    events = (upstream.header(b"content-type") or b"").startswith(b"text/event-stream")
+    events = upstream.event_stream
     try:
         async for chunk in chunks:
             await response.write(chunk)
