@@ -2,7 +2,7 @@
 
 A before/after comparison of the gateway's own CPU per request that holds on a shared machine:
 two gateway processes (`base`: the checkout in DIR, e.g. `git worktree add DIR main`; `head`:
-this one) in front of one upstream, both with `repeats = "reference"`, and the same waves sent
+this one, or `--head DIR2`) in front of one upstream, both with `repeats = "reference"`, and the same waves sent
 to each in turn (the order flipped every round: ABBA). A round sends each gateway a wave of 16
 concurrent seeds of a new clip (one carries the clip, the others wait for it, then go by
 reference: the "first" wave) and then the same 16 again (every one uuid-only: the "again"
@@ -157,7 +157,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             stub = start_stub(workdir, clips)
             started.append(stub)
             upstream, model = stub.url, "stub-audio-model"
-        trees = {"base": args.base.resolve(), "head": REPO_ROOT}
+        trees = {"base": args.base.resolve(), "head": args.head.resolve()}
         gateways = {n: start_gateway(workdir, n, t, upstream, clips) for n, t in trees.items()}
         started += gateways.values()
         api_pid = engine.process.pid if engine is not None and engine.process else None
@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.pairs", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--base", type=Path, required=True, help="the other gateway checkout")
+    parser.add_argument("--head", type=Path, default=REPO_ROOT, help="default: this checkout")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--seconds", type=float, default=30.0, help="clip length")
     parser.add_argument("--engine", action="store_true", help="the real vLLM, not the stub")

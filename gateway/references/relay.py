@@ -208,8 +208,6 @@ def _is_ok_stream(upstream: UpstreamResponse) -> bool:
     return 200 <= upstream.status < 300 and upstream.event_stream
 
 
-
-
 class _Watched(UpstreamResponse):
     """The upstream response with the pieces already read put back in front; it marks the
     request's clips as held once the answer succeeded: complete, or with `watch`, a 2xx
