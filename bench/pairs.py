@@ -2,12 +2,13 @@
 
 A before/after comparison of the gateway's own CPU per request that holds on a shared machine:
 two gateway processes (`base`: the checkout in DIR, e.g. `git worktree add DIR main`; `head`:
-this one, or `--head DIR2`) in front of one upstream, both with `repeats = "reference"`, and the same waves sent
-to each in turn (the order flipped every round: ABBA). A round sends each gateway a wave of 16
-concurrent seeds of a new clip (one carries the clip, the others wait for it, then go by
-reference: the "first" wave) and then the same 16 again (every one uuid-only: the "again"
-wave). The client keeps its connections alive (one pool per gateway), as NeMo Gym and the
-openai SDK do. CPU is read from /proc schedstat around every wave.
+this one, or `--head DIR2`) in front of one upstream, both with `repeats = "reference"`, and the
+same waves sent to each in turn (the order flipped every round: ABBA). A round sends each
+gateway a wave of 16 concurrent seeds of a new clip (one carries the clip, the others wait for
+it, then go by reference: the "first" wave) and then the same 16 again (every one uuid-only: the
+"again" wave). The client keeps its connections alive (one pool per gateway), as NeMo Gym and
+the openai SDK do.
+CPU is read from /proc schedstat around every wave.
 
 The upstream is the stub, paced and split as vLLM answers (`--pace-answers 2 --pace-ms 25
 --split-head-body`), or with `--engine` the real vLLM of `bench.system` (run it under the
