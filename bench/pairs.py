@@ -14,8 +14,8 @@ The upstream is the stub, paced and split as vLLM answers (`--pace-answers 2 --p
 --split-head-body`), or with `--engine` the real vLLM of `bench.system` (run it under the
 engine lock: `flock /work/engine.lock python -m bench.pairs --engine ...`), whose API server's
 CPU per request is reported too. Reported per (wave, gateway): mean ms of gateway CPU per request
-with its standard error, and the mean of the per-round differences head - base (the figure to
-quote: both sides of a difference met the same machine).
+with its standard error, the mean and median of the per-round differences head - base (the
+figures to quote: both sides of a difference met the same machine), and every round's figures.
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ class Pairs:
                 "base_ms": _mean_se(base),
                 "head_ms": _mean_se(head),
                 "head_minus_base_ms": _mean_se(diffs),
+                "median_head_minus_base_ms": round(statistics.median(diffs), 4),
+                "rounds": {"base": _rounded(base), "head": _rounded(head)},
                 "api_server_ms": {n: _mean_se(self.api_ms[(kind, n)]) for n in ("base", "head")}
                 if self.api_ms
                 else None,
@@ -129,6 +131,10 @@ class Pairs:
             "errors": self.errors,
             **rows,
         }
+
+
+def _rounded(values: list[float]) -> list[float]:
+    return [round(value, 4) for value in values]
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
