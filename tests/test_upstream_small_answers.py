@@ -1,5 +1,5 @@
-"""Small answers handed over whole, and the one silence timer of an exchange
-(`gateway/upstream/connection.py`), against a raw-socket upstream that times its pieces."""
+"""Buffered answers whose head and body arrive apart, and the upstream read timeout (silence, not
+the exchange's length), against a raw-socket upstream that times its pieces."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.upstream.connection import SMALL_ANSWER_MAX_BYTES
+from gateway.upstream.relay import BUFFERED_RESPONSE_MAX_BYTES
 from tests.conftest import GatewayFactory, chat_body, gateway_error
 from tests.test_upstream_framing import CHAT, raw_client
 
@@ -131,7 +131,7 @@ async def test_a_small_body_cut_by_the_upstream(
     assert (view.status, view.body, view.complete) == (200, ANSWER[:50], False)
 
 
-@pytest.mark.parametrize("length", [SMALL_ANSWER_MAX_BYTES, SMALL_ANSWER_MAX_BYTES + 1])
+@pytest.mark.parametrize("length", [BUFFERED_RESPONSE_MAX_BYTES, BUFFERED_RESPONSE_MAX_BYTES + 1])
 async def test_either_side_of_the_small_limit(
     make_gateway: GatewayFactory, timed_upstream: Upstream, length: int
 ) -> None:
@@ -146,8 +146,8 @@ async def test_either_side_of_the_small_limit(
 async def test_a_sized_event_stream_flows_before_its_end(
     make_gateway: GatewayFactory, timed_upstream: Upstream
 ) -> None:
-    """An event stream is never held for its body, even when it is sized: the client has the
-    first event while the upstream still holds the rest back."""
+    """An event stream is streamed even when it is sized: the client has the first event while
+    the upstream still holds the rest back."""
     first, rest = b'data: {"n":1}\n\n', b"data: [DONE]\n\n"  # the rest never comes
     pieces = [(0, head(len(first + rest), "text/event-stream") + first)]
     url = await timed_upstream(pieces)

@@ -108,20 +108,6 @@ class UpstreamClips:
         """Whether `key` is recorded (and, if so, now the most recently used)."""
         return self._held.get(key, False)
 
-    def plan_now(self, keys: Iterable[ClipKey]) -> tuple[frozenset[ClipKey], Sending] | None:
-        """`plan` without a wait, when no clip has a seed in flight to wait for (the common
-        case: every clip recorded, or new); None when one has: then await `plan`."""
-        references: set[ClipKey] = set()
-        data: list[ClipKey] = []
-        for key in dict.fromkeys(keys):
-            if self.holds(key):
-                references.add(key)
-            elif self.wait_seconds and key in self._seeds:
-                return None
-            else:
-                data.append(key)
-        return frozenset(references), self.sending(data)
-
     async def plan(self, keys: Iterable[ClipKey]) -> tuple[frozenset[ClipKey], Sending]:
         """Which of a request's clips go by reference, and the `Sending` of the others.
 

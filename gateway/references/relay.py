@@ -63,12 +63,11 @@ class ReferenceRelay:
     ) -> web.StreamResponse:
         """Send `body` to `target` (by reference where the record allows) and `answer` with the
         upstream's response, sending it again with every clip's data when that one missed."""
-        planned = self.clips.plan_now(body.keys)  # no coroutine when nothing waits
-        references, sending = planned or await self.clips.plan(body.keys)
+        references, sending = await self.clips.plan(body.keys)
         try:
             upstream = await self._send(pool, target, headers, body, references, sending)
             if not references:
-                return await answer(_Watched(upstream, [], None, sending, watch=True))
+                return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
             reason, held, rest = await _first_answer(upstream)
             if reason is None:
                 self._saved.inc(body.by_reference(references)[1])
@@ -81,7 +80,7 @@ class ReferenceRelay:
             sending.ended()
             sending = self.clips.sending(list(body.keys))
             upstream = await self._send(pool, target, headers, body, frozenset(), sending)
-            return await answer(_Watched(upstream, [], None, sending, watch=True))
+            return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
         finally:
             sending.ended()
 
@@ -150,19 +149,18 @@ class ReferenceRelay:
 
 async def _first_answer(
     upstream: UpstreamResponse,
-) -> tuple[str | None, list[bytes], AsyncIterator[bytes] | None]:
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
     """Why the upstream's answer to a request with references calls for a retry (None: it
-    does not), the body pieces read to tell, and the rest of the body (None: all of it,
-    nothing read). Closes `upstream`
+    does not), the body pieces read to tell, and the rest of the body. Closes `upstream`
     when the caller is cancelled meanwhile (the client went away)."""
     try:
         if upstream.status == 500:
-            return "upstream_error", [], None
+            return "upstream_error", [], _nothing()
         if upstream.status == 400:
             return await _bad_request(upstream)
         if _is_ok_stream(upstream):
             return await _held_back(upstream)
-        return None, [], None
+        return None, [], upstream.chunks()
     except BaseException:
         upstream.close()
         raise
@@ -170,10 +168,10 @@ async def _first_answer(
 
 async def _bad_request(
     upstream: UpstreamResponse,
-) -> tuple[str | None, list[bytes], AsyncIterator[bytes] | None]:
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
     length = upstream.content_length
     if length is None or length > MISS_BODY_MAX_BYTES:
-        return None, [], None
+        return None, [], upstream.chunks()
     chunks = upstream.chunks()
     received = [chunk async for chunk in chunks]
     reason = "cache_miss" if is_cache_miss(b"".join(received)) else None
@@ -182,7 +180,7 @@ async def _bad_request(
 
 async def _held_back(
     upstream: UpstreamResponse,
-) -> tuple[str | None, list[bytes], AsyncIterator[bytes] | None]:
+) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
     """Read the stream until its first content (None: go on) or its failure ("stream_error")."""
     watch = AnswerWatch()
     held: list[bytes] = []
@@ -205,7 +203,13 @@ async def _held_back(
 
 def _is_ok_stream(upstream: UpstreamResponse) -> bool:
     """A 2xx event stream: vLLM's streamed chat answer."""
-    return 200 <= upstream.status < 300 and upstream.event_stream
+    content_type = upstream.header(b"content-type") or b""
+    return 200 <= upstream.status < 300 and content_type.startswith(b"text/event-stream")
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield
 
 
 class _Watched(UpstreamResponse):
@@ -217,18 +221,15 @@ class _Watched(UpstreamResponse):
         self,
         upstream: UpstreamResponse,
         held: list[bytes],
-        rest: AsyncIterator[bytes] | None,
+        rest: AsyncIterator[bytes],
         sending: Sending,
         *,
         watch: bool,
     ) -> None:
-        """`rest`: the body after `held`; None: all of the upstream's body, none read yet."""
         # Not UpstreamResponse.__init__: this one delegates to `upstream`, it owns no connection.
         self._upstream = upstream
         self.status = upstream.status
         self.headers = upstream.headers
-        self.content_length = upstream.content_length
-        self.content_type = upstream.content_type
         self.released = False
         self._held = held
         self._rest = rest
@@ -240,21 +241,11 @@ class _Watched(UpstreamResponse):
         held, self._held = self._held, []
         for chunk in held:
             yield chunk
-        rest, self._rest = self._rest or self._upstream.chunks(), None
-        async for chunk in rest:
+        async for chunk in self._rest:
             self._see(chunk)
             yield chunk
         if self._ok and (self._watch is None or self._watch.verdict != "error"):
             self._sending.succeeded()
-
-    def take_complete(self) -> bytes | None:
-        """The whole body at once, when nothing was read of it yet and nothing watches it."""
-        if self._held or self._rest is not None or self._watch is not None:
-            return None
-        body = self._upstream.take_complete()
-        if body is not None and self._ok:
-            self._sending.succeeded()
-        return body
 
     def _see(self, chunk: bytes) -> None:
         watch = self._watch

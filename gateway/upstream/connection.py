@@ -6,14 +6,6 @@ whatever their headers say; 1xx answers are skipped; trailers are dropped; a bod
 its framing is an error; a Transfer-Encoding other than chunked, or anything llhttp cannot
 parse, is an answer that is not HTTP. Bytes the upstream sends out of turn (on an idle pooled
 connection, or after its answer) are never taken as an answer: the connection is dropped.
-
-Fewer wake-ups per exchange: a small sized answer (Content-Length up to
-`SMALL_ANSWER_MAX_BYTES`, not an event stream) is handed over once it is complete, so an answer
-whose head and body arrive in two reads (uvicorn writes them apart) wakes the relay once, with
-the whole body ready (`take_complete`). Should the body be cut or stall, the head is handed
-over as it came and the body fails as it would have. One timer per exchange watches the
-upstream's silence: it fires `read_timeout` after the last byte (or the start of a wait),
-moving itself forward lazily instead of being re-made for every wait.
 """
 
 from __future__ import annotations
@@ -26,7 +18,6 @@ import httptools
 
 RawHeaders = list[tuple[bytes, bytes]]
 MAX_BUFFERED_BODY_BYTES = 4 * 1024 * 1024  # pause reading the upstream above this
-SMALL_ANSWER_MAX_BYTES = 1024 * 1024  # sized answers up to this are relayed in one piece
 
 
 class UpstreamClosed(ConnectionError):
@@ -53,7 +44,6 @@ class UpstreamConnection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)  # llhttp parses message after message
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._silence_timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -64,9 +54,6 @@ class UpstreamConnection(asyncio.Protocol):
         self._keep_alive = False
         self._until_close = False  # neither Content-Length nor chunked: the body ends at EOF
         self.headers_done: asyncio.Future[None] = self._loop.create_future()
-        self._head_in = False  # the final head is parsed (headers_done may wait for the body)
-        self._heard_at = 0.0  # loop time of the last byte, or of the start of a wait
-        self._timeout = 0.0
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
         self._data_waiter: asyncio.Future[None] | None = None
@@ -87,7 +74,6 @@ class UpstreamConnection(asyncio.Protocol):
         if self.idle or self.complete:
             self.abort()  # a stale answer, a 408 before closing, a body after a 204: not ours
             return
-        self._heard_at = self._loop.time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -101,7 +87,6 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._stop_silence_timer()
         if not self.complete and exc is None and self._until_close and self.headers_done.done():
             self.complete = True  # a close-delimited body ends here, whole (RFC 9112 6.3)
             self._wake()
@@ -131,15 +116,13 @@ class UpstreamConnection(asyncio.Protocol):
         self.status = self._parser.get_status_code()
         if 100 <= self.status < 200:
             return  # an interim answer (103 Early Hints, ...): the real one follows
-        self._until_close, small = _framing(self.headers)
+        self._until_close = _body_until_close(self.headers)
         # Read now: llhttp forgets the message's keep-alive state once the message completes.
         self._keep_alive = self._parser.should_keep_alive()
-        self._head_in = True
         if self.head_only:
             self.complete = True  # llhttp cannot be told; the parser is replaced before reuse
-        elif small:
-            return  # handed over with its body, in on_message_complete
-        self._hand_over_head()
+        if not self.headers_done.done():  # done already when it timed out
+            self.headers_done.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         if self.complete:  # after a HEAD answer's head, or after the answer: out of turn
@@ -157,7 +140,6 @@ class UpstreamConnection(asyncio.Protocol):
             self.headers.clear()
             return
         self.complete = True
-        self._hand_over_head()
         self._wake()
 
     def start_exchange(self, head_only: bool) -> None:
@@ -167,13 +149,6 @@ class UpstreamConnection(asyncio.Protocol):
 
     # used by the pool and its responses ----------------------------------------------------------
 
-    async def head(self, timeout: float) -> None:
-        """Wait for the answer's head (a small answer's whole body with it), at most `timeout`
-        seconds without a byte from the upstream."""
-        if not self.headers_done.done():
-            self._watch_silence(timeout)
-        await self.headers_done
-
     async def next_chunk(self, timeout: float) -> bytes:
         """The next piece of body, b"" at its end."""
         while not self._chunks:
@@ -182,27 +157,13 @@ class UpstreamConnection(asyncio.Protocol):
             if self._error is not None:
                 raise self._error
             self._data_waiter = self._loop.create_future()
-            self._watch_silence(timeout)
-            await self._data_waiter
+            await within(self._data_waiter, timeout)
         chunk = self._chunks.popleft()
         self._buffered -= len(chunk)
-        self._resume_reading_below(MAX_BUFFERED_BODY_BYTES // 2)
-        return chunk
-
-    def take_complete(self) -> bytes | None:
-        """The whole body at once when all of it is here (no wait, no task step); else None."""
-        if not self.complete:
-            return None
-        body = b"".join(self._chunks)
-        self._chunks.clear()
-        self._buffered = 0
-        self._resume_reading_below(1)
-        return body
-
-    def _resume_reading_below(self, buffered: int) -> None:
-        if self._read_paused and self._buffered < buffered and self.transport:
+        if self._read_paused and self._buffered < MAX_BUFFERED_BODY_BYTES // 2 and self.transport:
             self._read_paused = False
             self.transport.resume_reading()
+        return chunk
 
     async def drain(self, timeout: float) -> None:
         if self._write_paused:
@@ -220,82 +181,42 @@ class UpstreamConnection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = True
-        self._stop_silence_timer()
         if self.transport is not None:
             self.transport.abort()
 
     def _fail(self, error: BaseException) -> None:
-        """The exchange failed: before the head, the head's wait fails; after it (a small
-        answer's body cut short or stalled), the head goes out and the body's reads fail."""
         if self._error is None:  # the first cause stands (the close that follows is its effect)
             self._error = error
-        if self._head_in:
-            self._hand_over_head()
-        elif not self.headers_done.done():
+        if not self.headers_done.done():
             self.headers_done.set_exception(error)
             self.headers_done.exception()  # retrieved: a failure nobody awaits is not logged
         self._wake()
 
-    def _hand_over_head(self) -> None:
-        if not self.headers_done.done():
-            self.headers_done.set_result(None)
-
     def _wake(self) -> None:
         if self._data_waiter is not None and not self._data_waiter.done():
             self._data_waiter.set_result(None)
-
-    def _watch_silence(self, timeout: float) -> None:
-        """A wait starts: fail it after `timeout` seconds without a byte. The exchange's one
-        timer is made on its first wait; later waits and bytes only move `_heard_at`."""
-        self._heard_at = now = self._loop.time()
-        self._timeout = timeout
-        if self._silence_timer is None:
-            self._silence_timer = self._loop.call_at(now + timeout, self._on_silence)
-
-    def _on_silence(self) -> None:
-        self._silence_timer = None
-        waiting = not self.headers_done.done() or (
-            self._data_waiter is not None and not self._data_waiter.done()
-        )
-        if not waiting:
-            return  # the next wait makes a new timer
-        deadline = self._heard_at + self._timeout
-        if self._loop.time() < deadline:  # heard from since: look again then
-            self._silence_timer = self._loop.call_at(deadline, self._on_silence)
-            return
-        self._fail(UpstreamTimedOut(f"no data from the upstream for {self._timeout:g} s"))
-
-    def _stop_silence_timer(self) -> None:
-        if self._silence_timer is not None:
-            self._silence_timer.cancel()
-            self._silence_timer = None
 
     def reset_for_reuse(self) -> None:
         if self.head_only:  # llhttp still waits for the body the HEAD answer's headers announced
             self._parser = httptools.HttpResponseParser(self)
         self.reused = True
         self.idle = True
-        self._stop_silence_timer()
         self._reset()
 
 
-def _framing(headers: RawHeaders) -> tuple[bool, bool]:
-    """Whether the body is close-delimited, and whether it is small (sized, at most
-    SMALL_ANSWER_MAX_BYTES, not an event stream); refuses a Transfer-Encoding other than
-    chunked (nginx does too: "upstream sent unknown Transfer-Encoding")."""
-    until_close, small, events = True, False, False
+def _body_until_close(headers: RawHeaders) -> bool:
+    """Whether the body is close-delimited; refuses a Transfer-Encoding other than chunked
+    (nginx does too: "upstream sent unknown Transfer-Encoding")."""
+    until_close = True
     for name, value in headers:
         lowered = name.lower()
         if lowered == b"content-length":
             until_close = False
-            small = value.isdigit() and int(value) <= SMALL_ANSWER_MAX_BYTES
         elif lowered == b"transfer-encoding":
             if value.strip().lower() != b"chunked":
                 raise UpstreamInvalidResponse(f"unsupported Transfer-Encoding {value!r}")
-            until_close = small = False
-        elif lowered == b"content-type":
-            events = value.startswith(b"text/event-stream")
-    return until_close, small and not events
+            until_close = False
+    return until_close
 
 
 async def within(future: asyncio.Future[None], timeout: float) -> None:

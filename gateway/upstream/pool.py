@@ -26,6 +26,7 @@ from .connection import (
     UpstreamConnection,
     UpstreamInvalidResponse,
     UpstreamTimedOut,
+    within,
 )
 
 __all__ = [
@@ -49,9 +50,6 @@ class UpstreamResponse:
         self.status = connection.status
         self.headers = connection.headers
         self.released = False
-        length = self.header(b"content-length")
-        self.content_length = int(length) if length is not None and length.isdigit() else None
-        self.content_type = self.header(b"content-type") or b""
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -60,8 +58,9 @@ class UpstreamResponse:
         return None
 
     @property
-    def event_stream(self) -> bool:
-        return self.content_type.startswith(b"text/event-stream")
+    def content_length(self) -> int | None:
+        value = self.header(b"content-length")
+        return int(value) if value is not None and value.isdigit() else None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body pieces as they arrive; nothing is held back."""
@@ -69,11 +68,6 @@ class UpstreamResponse:
             return
         while chunk := await self._connection.next_chunk(self._pool.read_timeout):
             yield chunk
-
-    def take_complete(self) -> bytes | None:
-        """The whole body when all of it has arrived, taken without waiting (a small answer
-        always has, see `connection`); None when it has not: read `chunks()` then."""
-        return b"" if self._head_only else self._connection.take_complete()
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])
@@ -153,7 +147,7 @@ class UpstreamPool:
                 connection.start_exchange(head_only)
                 try:
                     await self._send_checked(connection, method, target, headers, body, length)
-                    await connection.head(self.read_timeout)
+                    await within(connection.headers_done, self.read_timeout)
                     return UpstreamResponse(self, connection, head_only)
                 except UpstreamClosed:
                     connection.abort()

@@ -20,7 +20,6 @@ from ..config import UpstreamConfig
 from ..errors import UpstreamTimeout, UpstreamUnavailable
 from .answered import end_stream, ends_event_stream, mark_answered
 from .body import SegmentedPayload
-from .connection import SMALL_ANSWER_MAX_BYTES
 from .pool import (
     RawHeaders,
     UpstreamClosed,
@@ -48,7 +47,7 @@ HOP_BY_HOP_HEADERS = frozenset(
 )
 # aiohttp has already answered any `Expect: 100-continue`.
 FRAMING_HEADERS = frozenset({"host", "content-length", "expect"})
-BUFFERED_RESPONSE_MAX_BYTES = SMALL_ANSWER_MAX_BYTES  # larger or unsized answers are streamed
+BUFFERED_RESPONSE_MAX_BYTES = 1024 * 1024  # larger or unsized answers are streamed
 RELAY_FAILURES = (UpstreamClosed, UpstreamTimedOut, OSError)
 
 
@@ -177,25 +176,27 @@ def _should_stream(request: web.Request, upstream: UpstreamResponse) -> bool:
     if request.method == "HEAD" or upstream.status in (204, 304):
         return False  # no body, whatever the headers say
     length = upstream.content_length
-    return length is None or length > BUFFERED_RESPONSE_MAX_BYTES or upstream.event_stream
+    content_type = upstream.header(b"content-type") or b""
+    return (
+        length is None
+        or length > BUFFERED_RESPONSE_MAX_BYTES
+        or content_type.startswith(b"text/event-stream")
+    )
 
 
 async def _buffer_back(request: web.Request, upstream: UpstreamResponse) -> web.StreamResponse:
     """A small sized answer, sent in one piece; one cut short is relayed as far as it came."""
-    body = upstream.take_complete()  # a small answer is here whole by the time its head is
-    if body is None:
-        received: list[bytes] = []
-        try:
-            async for chunk in upstream.chunks():
-                received.append(chunk)
-        except RELAY_FAILURES as exc:  # the upstream's status stands: the client sees the cut
-            return await _stream_back(request, upstream, _then_fail(received, exc))
-        body = b"".join(received)
+    received: list[bytes] = []
+    try:
+        async for chunk in upstream.chunks():
+            received.append(chunk)
+    except RELAY_FAILURES as exc:  # the upstream's status stands: the client sees the cut
+        return await _stream_back(request, upstream, _then_fail(received, exc))
     headers = response_headers_for_client(upstream.headers)
     if request.method == "HEAD" and upstream.content_length is not None:
         # It describes the body a GET would get; nginx relays it too. (aiohttp drops it on 304.)
         headers["Content-Length"] = str(upstream.content_length)
-    return web.Response(status=upstream.status, headers=headers, body=body)
+    return web.Response(status=upstream.status, headers=headers, body=b"".join(received))
 
 
 async def _then_fail(received: list[bytes], error: BaseException) -> AsyncIterator[bytes]:
@@ -213,7 +214,7 @@ async def _stream_back(
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     await response.prepare(request)
-    events = upstream.event_stream
+    events = (upstream.header(b"content-type") or b"").startswith(b"text/event-stream")
     try:
         async for chunk in chunks:
             await response.write(chunk)
