@@ -61,6 +61,7 @@ CLOCK = {
     "type": "function",
     "name": "get_time",
     "parameters": {"type": "object", "properties": {"utc": {"type": "boolean"}}},
+    "strict": None,  # required by the spec, null allowed
 }
 CALL = {
     "type": "function_call",
@@ -221,7 +222,7 @@ def _cases() -> dict[str, dict[str, Any]]:
                 {
                     "role": "user",
                     "content": [
-                        {"type": "input_image", "image_url": IMAGE_URI},
+                        {"type": "input_image", "image_url": IMAGE_URI, "detail": "auto"},
                         {"type": "input_text", "text": "Describe both."},
                     ],
                 }
@@ -261,8 +262,10 @@ def _cases() -> dict[str, dict[str, Any]]:
             [
                 ASK,
                 {
+                    "id": "msg_2",
                     "type": "message",
                     "role": "assistant",
+                    "status": "completed",
                     "content": [{"type": "refusal", "refusal": "I cannot."}],
                 },
                 {"role": "user", "content": "Please try."},
@@ -317,6 +320,7 @@ GYM_REFUSES: dict[str, str] = {
     "input_audio_tools_turn": "NeMo Gym's request model has no input_audio part (422)",
     "include_logprobs": "NeMo Gym's converter refuses any `include`",
     "truncation_auto": "NeMo Gym's converter refuses `truncation`",
+    "assistant_null_content_call": "NeMo Gym's request model wants a message's content (422)",
 }
 
 
