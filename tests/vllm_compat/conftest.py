@@ -9,6 +9,7 @@ builds the same path with another `--allowed-local-media-path` (None: the flag u
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ class VllmResult:
 
 
 VllmChat = Callable[[dict[str, Any]], Awaitable[VllmResult]]
+
+
+def starlette_json(error: Any) -> str:
+    """vLLM's ErrorResponse as its JSONResponse writes it (Starlette's compact json.dumps)."""
+    return json.dumps(error.model_dump(), ensure_ascii=False, separators=(",", ":"))
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ from tests.test_decode_limits import (  # noqa: E402
     flac_streaminfo_only,
     write_silence_wav,
 )
-from tests.vllm_compat.conftest import Decoded, VllmChat  # noqa: E402
+from tests.vllm_compat.conftest import Decoded, VllmChat, starlette_json  # noqa: E402
 
 
 def vllm_decodes(path: Path) -> Decoded:
@@ -313,11 +313,6 @@ async def stub_client(stub_server: Any) -> Any:
 
     async with TestClient(stub_server) as client:
         yield client
-
-
-def starlette_json(error: Any) -> str:
-    """vLLM's ErrorResponse as its JSONResponse writes it (Starlette's compact json.dumps)."""
-    return json.dumps(error.model_dump(), ensure_ascii=False, separators=(",", ":"))
 
 
 @pytest.mark.parametrize("shape", list(UUID_ONLY_PARTS))

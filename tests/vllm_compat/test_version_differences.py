@@ -42,7 +42,7 @@ with warnings.catch_warnings():
 from gateway.app import create_app  # noqa: E402
 from gateway.stub_upstream import StubState, create_stub_app  # noqa: E402
 from tests.conftest import GatewayFactory, gateway_config  # noqa: E402
-from tests.vllm_compat.conftest import VllmChat  # noqa: E402
+from tests.vllm_compat.conftest import VllmChat, starlette_json  # noqa: E402
 
 BRIDGE = {"audio": "chat_bridge"}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
@@ -50,11 +50,6 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 
 def chat(**fields: Any) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": "Hi."}], **fields}
-
-
-def starlette_json(error: Any) -> str:
-    """vLLM's ErrorResponse as its JSONResponse writes it (Starlette's compact json.dumps)."""
-    return json.dumps(error.model_dump(), ensure_ascii=False, separators=(",", ":"))
 
 
 # --- what they take --------------------------------------------------------------------------
