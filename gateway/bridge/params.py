@@ -44,7 +44,7 @@ def generation_settings(present: dict[str, Any]) -> dict[str, Any]:
 def _reasoning_effort(reasoning: Any) -> Any:
     if reasoning is None:
         return None
-    reasoning = require_object(reasoning, "reasoning", "invalid_reasoning")
+    reasoning = require_object(reasoning, "reasoning", "invalid_parameter")
     check_keys(reasoning, "reasoning", ("effort",))
     return reasoning.get("effort")
 
@@ -52,7 +52,7 @@ def _reasoning_effort(reasoning: Any) -> Any:
 def _response_format(text: Any) -> dict[str, Any] | None:
     if text is None:
         return None
-    text = require_object(text, "text", "invalid_text")
+    text = require_object(text, "text", "invalid_parameter")
     check_keys(text, "text", ("format", "verbosity"))
     verbosity = text.get("verbosity")
     if verbosity not in (None, DEFAULT_VERBOSITY):
@@ -75,7 +75,7 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 def _logprobs(top_logprobs: Any, include: Any) -> dict[str, Any]:
     if include is not None:
         if not isinstance(include, list):
-            raise invalid("include", "must be a list", "invalid_include")
+            raise invalid("include", "must be a list", "invalid_parameter")
         for index, value in enumerate(include):
             if value != LOGPROBS_INCLUDE:
                 why = f"only {LOGPROBS_INCLUDE!r} is translated, not {value!r}"
@@ -85,6 +85,6 @@ def _logprobs(top_logprobs: Any, include: Any) -> dict[str, Any]:
         chat["logprobs"] = True
     if top_logprobs is not None:
         if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int):
-            raise invalid("top_logprobs", "must be an integer", "invalid_top_logprobs")
+            raise invalid("top_logprobs", "must be an integer", "invalid_parameter")
         chat |= {"logprobs": True, "top_logprobs": top_logprobs}
     return chat
