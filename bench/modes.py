@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procstat
+from bench.stub_timing import PLAIN, StubTiming
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_SECONDS = 30.0
@@ -132,10 +133,10 @@ def start(server: ServerProcess) -> ServerProcess:
     return server
 
 
-def start_stub(workdir: Path, audio_root: Path) -> ServerProcess:
+def start_stub(workdir: Path, audio_root: Path, timing: StubTiming = PLAIN) -> ServerProcess:
     port = free_port()
     argv = [sys.executable, "-m", "gateway.stub_upstream", "--port", str(port)]
-    argv += ["--allowed-local-media-path", str(audio_root)]
+    argv += ["--allowed-local-media-path", str(audio_root), *timing.argv()]
     return start(ServerProcess("stub", argv, port, workdir))
 
 
@@ -160,10 +161,14 @@ def start_gateway(name: str, workdir: Path, upstream: str, audio_root: Path) -> 
     port = free_port()
     cache_bytes = 0 if name == "gateway-nocache" else 1024**3
     config = gateway_config(workdir, name, cache_bytes)
+    argv = gateway_argv(config, port, upstream, audio_root)
+    return start(ServerProcess(name, argv, port, workdir))
+
+
+def gateway_argv(config: Path, port: int, upstream: str, audio_root: Path) -> list[str]:
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
-    argv += ["--audio-root", str(audio_root), "--log-level", "WARNING"]
-    return start(ServerProcess(name, argv, port, workdir))
+    return [*argv, "--audio-root", str(audio_root), "--log-level", "WARNING"]
 
 
 def start_seed_reference(workdir: Path, upstream: str, audio_root: Path) -> ServerProcess:
