@@ -10,12 +10,12 @@ it, then go by reference: the "first" wave) and then the same 16 again (every on
 the openai SDK do.
 CPU is read from /proc schedstat around every wave.
 
-The upstream is the stub, paced and split as vLLM answers (`--pace-answers 2 --pace-ms 25
---split-head-body`), or with `--engine` the real vLLM of `bench.system` (run it under the
-engine lock: `flock /work/engine.lock python -m bench.pairs --engine ...`), whose API server's
-CPU per request is reported too. Reported per (wave, gateway): mean ms of gateway CPU per request
-with its standard error, the mean and median of the per-round differences head - base (the
-figures to quote: both sides of a difference met the same machine), and every round's figures.
+The upstream is the stub, paced and split as vLLM answers (`bench.stub_timing.VLLM_LIKE`), or
+with `--engine` the real vLLM of `bench.system` (run it under the engine lock: `flock
+/work/engine.lock python -m bench.pairs --engine ...`), whose API server's CPU per request is
+reported too. Reported per (wave, gateway): mean ms of gateway CPU per request with its standard
+error, the mean and median of the per-round differences head - base (the figures to quote: both
+sides of a difference met the same machine), and every round's figures.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import aiohttp
 
 from bench import procstat
 from bench.modes import REPO_ROOT, ServerProcess, free_port, start
+from bench.stub_timing import VLLM_LIKE
 from bench.system_clips import FORMS, write_clip
 
 SEEDS = 16
 WAVES = ("first", "again")
-STUB_PACE = ["--pace-answers", "2", "--pace-ms", "25", "--split-head-body"]
 
 
 def gateway_config(workdir: Path, name: str, upstream: str, clips: Path) -> tuple[Path, int]:
@@ -60,7 +60,7 @@ def start_gateway(
 
 def start_stub(workdir: Path, clips: Path) -> ServerProcess:
     port = free_port()
-    argv = [sys.executable, "-m", "gateway.stub_upstream", "--port", str(port), *STUB_PACE]
+    argv = [sys.executable, "-m", "gateway.stub_upstream", "--port", str(port), *VLLM_LIKE.argv()]
     argv += ["--allowed-local-media-path", str(clips)]
     return start(ServerProcess("stub", argv, port, workdir))
 
