@@ -11,9 +11,9 @@ the stat shows the very file and version the full check saw:
   file, inside the roots or out) is another inode, and goes to the full check, which answers
   for it (a 403 outside the roots, the new file's bytes inside);
 - the same size, mtime_ns and ctime_ns: that file was not written to since. ctime cannot be set
-  by a user and moves with every write, truncation, rename and chmod. This is at least as
-  strict as the audio cache, whose key is (real path, mtime_ns, size): a re-checked clip is
-  never served from an entry a full check would not have chosen;
+  by a user and moves with every write, truncation, rename and chmod. The audio cache's key
+  is the real path and these five (`ResolvedClip.cache_key`): a re-checked clip is never served
+  from an entry a full check would not have chosen;
 - one hard link (`st_nlink == 1`): no other name of the file exists, so the path still
   resolves to the real path the full check saw (the roots are checked on that real path);
 - a regular file; the extension and size rules run again on every request.
