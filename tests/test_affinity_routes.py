@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from aiohttp import FormData
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream import StubState
@@ -368,3 +370,74 @@ async def test_the_openai_sdk_gets_one_key_for_one_clip_on_chat_and_responses(
     assert len(chat) == 1 and KEY.fullmatch(chat[0])
     assert chat == inline == responses
     assert without_audio == ["sdk-session"]
+
+
+# --- properties over HTTP -------------------------------------------------------------------------
+
+CLIP_NAMES = ["a.wav", "b.wav", "c.wav"]
+
+
+@pytest.fixture
+async def keyed_gateway(make_gateway: GatewayFactory) -> Any:
+    return await make_gateway(routing=ROUTING)
+
+
+SPELLINGS = ["audio_path", "absolute", "file_part", "relative_part", "audio_data", "data_part"]
+
+
+def spelled(audio_dir: Path, names: list[str], spellings: list[str]) -> dict[str, Any]:
+    """A chat body naming `names` in order, each clip its own way: sidechannel spellings take
+    the clips up to the first part spelling (the sidechannel's clips come first), parts the
+    rest, in one user message."""
+    side = 0
+    while side < len(names) and spellings[side] in ("audio_path", "absolute", "audio_data"):
+        side += 1
+    metadata: dict[str, Any] = {}
+    if side:
+        kinds = spellings[:side]
+        if all(k == "audio_data" for k in kinds) and side == 1:
+            metadata["audio_data"] = data_uri(audio_dir / names[0])
+        else:  # audio_paths takes paths only: inline clips among them go as paths too
+            metadata["audio_paths"] = [
+                str(audio_dir / n) if k == "absolute" else n
+                for n, k in zip(names[:side], kinds, strict=True)
+            ]
+    content: list[Any] = []
+    for name, kind in zip(names[side:], spellings[side:], strict=True):
+        url = {
+            "file_part": (audio_dir / name).as_uri(),
+            "relative_part": name,
+            "data_part": data_uri(audio_dir / name),
+        }.get(kind, name)
+        content.append({"type": "audio_url", "audio_url": {"url": url}})
+    return {"messages": [{"role": "user", "content": content}], "metadata": metadata}
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    names=st.lists(st.sampled_from(CLIP_NAMES), min_size=1, max_size=3),
+    data=st.data(),
+)
+async def test_property_same_clips_same_key_different_clips_different_key(
+    keyed_gateway: Any,
+    stub: StubState,
+    audio_dir: Path,
+    names: list[str],
+    data: st.DataObject,
+) -> None:
+    gateway = keyed_gateway  # one for every example
+    spell = st.lists(st.sampled_from(SPELLINGS), min_size=len(names), max_size=len(names))
+    keys = []
+    for _ in range(2):
+        body = spelled(audio_dir, names, data.draw(spell))
+        body["model"] = "stub-audio-model"
+        body["messages"][0]["content"].append({"type": "text", "text": data.draw(st.text())})
+        body["seed"] = data.draw(st.integers(0, 2**31))
+        body["temperature"] = data.draw(st.floats(0, 2))
+        keys.append(await keyed(gateway, stub, body))
+    assert keys[0] == keys[1]
+    others = data.draw(st.lists(st.sampled_from(CLIP_NAMES), min_size=1, max_size=3))
+    other_key = await keyed(gateway, stub, chat_body({"audio_paths": others}))
+    assert (other_key == keys[0]) == (others == names)
