@@ -5,16 +5,18 @@ streamed clips."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pybase64
 
-from .affinity import identity_digest, sha256_digest
+from .affinity import bytes_digest, clip_key, identity_digest, part_digests, sha256_digest
 from .audio.durations import AudioHeader, read_base64_header
 from .audio.encoder import EncodedAudio, StreamedAudio
 from .audio.sources import AudioSource
 from .audio.sources.objects import ObjectClip
+from .naming.content_parts import Place
 from .naming.sidechannel import InlineAudio, base64_decoded_size
 from .references.body import object_uuid
 from .splice import Part
@@ -106,6 +108,30 @@ def clip_digest(clip: LoadedClip) -> str:
     if isinstance(source, ObjectClip):
         return identity_digest("object", source.info.cache_key)
     return identity_digest("file", source.cache_key)
+
+
+def clips_key(clips: Sequence[LoadedClip], places: Sequence[Place], items: Any) -> str | None:
+    """The key of a request's clips in clip order: the sidechannel's (the first clips), then
+    the audio parts of `items` (its messages, or Responses input) in order, the path parts the
+    last `len(places)` clips were read from and the parts the client inlined itself alike."""
+    side = len(clips) - len(places)
+    resolved = {place: clip_digest(clip) for place, clip in zip(places, clips[side:], strict=True)}
+    return clip_key([*map(clip_digest, clips[:side]), *part_digests(items, resolved)])
+
+
+class PieceBytes(Protocol):
+    """A long clip's piece (`gateway.chunking`): its `data` is a whole audio file."""
+
+    @property
+    def data(self) -> bytes: ...
+
+
+def piece_key(items: Any, place: Place | None) -> Callable[[PieceBytes], str | None]:
+    """How a long clip's piece is keyed: as the one clip in place of the whole, then the audio
+    parts of `items` the client inlined itself (the part at `place`, where the clip came
+    from, left out)."""
+    others = part_digests(items, {} if place is None else {place: None})
+    return lambda piece: clip_key([bytes_digest(piece.data), *others])
 
 
 async def close_streams(clips: Sequence[LoadedClip]) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
-from .affinity import bytes_digest, clip_key, part_digests
+from .affinity import clip_key, part_digests
 from .audio.cache import AudioStore
 from .audio.durations import check_decode_limits
 from .audio.encoder import StreamedAudio
@@ -25,18 +25,19 @@ from .audio.policy import BatchedResolver, PathPolicy
 from .audio.sources import AudioSource
 from .audio.sources.local import LocalClip
 from .audio.sources.objects import ObjectClip, ObjectSources, object_sources
-from .chunking.bodies import ChunkedRequest, Piece, chunked_request
+from .chunking.bodies import ChunkedRequest, chunked_request
 from .chunking.refusals import refuse_unmergeable
 from .clips import (
     LoadedClip,
     PathClip,
     base64_bytes,
     base64_segments,
-    clip_digest,
     clip_header,
     clip_names,
+    clips_key,
     close_streams,
     content_sha256,
+    piece_key,
     referable,
     reference_uuid,
 )
@@ -297,32 +298,11 @@ class RewritePipeline:
         clips: Sequence[LoadedClip],
         in_parts: Sequence[PartClip],
     ) -> str | None:
-        """The key of every clip of the request, in clip order: the sidechannel's, then the
-        audio parts in message order (the gateway's path parts and the client's own alike);
-        taken before the splice, with every part still where the client put it."""
+        """The request's clip key, taken before the splice (every part still where the
+        client put it); None when bodies are not keyed."""
         if not self.keyed:
             return None
-        side = len(clips) - len(in_parts)
-        resolved = {
-            found.place: clip_digest(clip)
-            for found, clip in zip(in_parts, clips[side:], strict=True)
-        }
-        inline = part_digests(body.get(shape.items), resolved)
-        return clip_key([*map(clip_digest, clips[:side]), *inline])
-
-    def _piece_key(
-        self, body: dict[str, Any], shape: RouteShape, place: Place | None
-    ) -> Callable[[Piece], str | None] | None:
-        """How a long clip's piece is keyed: as the one clip in place of the whole, with the
-        client's own audio parts (if any) after it; None when bodies are not keyed."""
-        if not self.keyed:
-            return None
-        others = part_digests(body.get(shape.items), {} if place is None else {place: None})
-
-        def key(piece: Piece) -> str | None:
-            return clip_key([bytes_digest(piece.data), *others])
-
-        return key
+        return clips_key(clips, [found.place for found in in_parts], body.get(shape.items))
 
     def part_clips(
         self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
@@ -454,7 +434,7 @@ class RewritePipeline:
             splice=shape.splice if place is None else partial(_splice_at, place),
             part=lambda piece, placeholders: self._part(piece, shape, placeholders),
             release=found.close,
-            key=self._piece_key(body, shape, place),
+            key=piece_key(body.get(shape.items), place) if self.keyed else None,
         )
 
     def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
