@@ -41,12 +41,24 @@ async def keyed(gateway: Any, stub: StubState, body: dict[str, Any], **kwargs: A
     return values[0]
 
 
+SPLICES = [
+    {},
+    {"chat_part": "input_audio"},
+    {"part_uuid": True},
+    {"repeats": "reference"},
+    {"repeats": "reference", "chat_part": "input_audio"},
+]
+
+
+@pytest.mark.parametrize("splice", SPLICES)
 async def test_same_clip_same_key_whatever_carried_it(
-    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, splice: dict[str, Any]
 ) -> None:
-    gateway = await make_gateway(routing=ROUTING)
+    gateway = await make_gateway(routing=ROUTING, splice=splice)
+    another = await make_gateway(routing=ROUTING, splice=splice)  # a fleet agrees
     path = audio_dir / "b.wav"
     keys = {
+        await keyed(another, stub, chat_body({"audio_path": "b.wav"})),
         await keyed(gateway, stub, chat_body({"audio_path": "b.wav"}, seed=1)),
         await keyed(gateway, stub, chat_body({"audio_path": str(path)}, temperature=0.5)),
         await keyed(gateway, stub, chat_body({"audio_paths": ["b.wav"]})),
@@ -230,8 +242,10 @@ async def test_references_carry_the_key_on_every_try(
 # --- the Responses routes -----------------------------------------------------------------------
 
 
-def responses_row(metadata: dict[str, Any] | None = None, *parts: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "stub-audio-model", "input": "Transcribe the audio."}
+def responses_row(
+    metadata: dict[str, Any] | None = None, *parts: Any, **fields: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "stub-audio-model", "input": "Transcribe.", **fields}
     if parts:
         body["input"] = [{"role": "user", "content": [*parts]}]
     if metadata is not None:
@@ -261,6 +275,17 @@ async def test_the_responses_bridge_keys_every_carrier_as_chat_does(
     ]
     for row in rows:
         assert await keyed_response(gateway, stub, row) == chat, row
+
+
+@pytest.mark.parametrize("splice", [{"repeats": "reference"}, {"chat_part": "input_audio"}])
+async def test_the_bridge_keys_alike_in_every_splice(
+    make_gateway: GatewayFactory, stub: StubState, splice: dict[str, Any]
+) -> None:
+    gateway = await make_gateway(routing=ROUTING, splice=splice)
+    chat = await keyed(gateway, stub, chat_body({"audio_paths": ["a.wav", "c.wav"]}))
+    for seed in range(2):  # by reference the second time
+        row = responses_row({"audio_paths": ["a.wav", "c.wav"]}, temperature=seed / 10)
+        assert await keyed_response(gateway, stub, row) == chat
 
 
 async def test_a_responses_row_without_audio_passes_the_clients_header(
