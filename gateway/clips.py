@@ -11,7 +11,14 @@ from typing import Any, Protocol
 
 import pybase64
 
-from .affinity import bytes_digest, clip_key, identity_digest, part_digests, sha256_digest
+from .affinity import (
+    SHA256_PREFIX,
+    bytes_digest,
+    clip_key,
+    identity_digest,
+    part_digests,
+    sha256_digest,
+)
 from .audio.durations import AudioHeader, read_base64_header
 from .audio.encoder import EncodedAudio, StreamedAudio
 from .audio.sources import AudioSource
@@ -63,12 +70,12 @@ def base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:
     return audio.mime, lead, audio.pieces
 
 
-def reference_uuid(clip: LoadedClip) -> str | None:
+def reference_uuid(clip: LoadedClip, digest: str | None = None) -> str | None:
     """A presigned object is named by its identity (its bytes are never read here); any
-    other clip by the sha256 of its bytes."""
+    other clip by the sha256 of its bytes (`content_sha256`)."""
     if isinstance(clip, PathClip) and clip.url is not None and isinstance(clip.source, ObjectClip):
         return object_uuid(clip.source.info)
-    return content_sha256(clip)
+    return content_sha256(clip, digest)
 
 
 def referable(clips: Sequence[LoadedClip], parts: Sequence[Part]) -> bool:
@@ -88,8 +95,12 @@ def base64_bytes(clip: LoadedClip) -> int | None:
     return sum(len(piece) for piece in audio.pieces) if isinstance(audio, EncodedAudio) else 0
 
 
-def content_sha256(clip: LoadedClip) -> str:
-    """The sha256 of the audio bytes themselves, never of a path: vLLM trusts the uuid blindly."""
+def content_sha256(clip: LoadedClip, digest: str | None = None) -> str:
+    """The sha256 of the audio bytes themselves, never of a path: vLLM trusts the uuid blindly.
+    `digest` is the clip's `clip_digest` when the key was taken: inline audio is not decoded
+    and hashed twice."""
+    if digest is not None and digest.startswith(SHA256_PREFIX):
+        return digest[len(SHA256_PREFIX) :]
     if isinstance(clip, InlineAudio):
         return hashlib.sha256(pybase64.b64decode(clip.payload)).hexdigest()
     if clip.audio.sha256 is None:
@@ -110,13 +121,14 @@ def clip_digest(clip: LoadedClip) -> str:
     return identity_digest("file", source.cache_key)
 
 
-def clips_key(clips: Sequence[LoadedClip], places: Sequence[Place], items: Any) -> str | None:
-    """The key of a request's clips in clip order: the sidechannel's (the first clips), then
-    the audio parts of `items` (its messages, or Responses input) in order, the path parts the
-    last `len(places)` clips were read from and the parts the client inlined itself alike."""
-    side = len(clips) - len(places)
-    resolved = {place: clip_digest(clip) for place, clip in zip(places, clips[side:], strict=True)}
-    return clip_key([*map(clip_digest, clips[:side]), *part_digests(items, resolved)])
+def clips_key(digests: Sequence[str], places: Sequence[Place], items: Any) -> str | None:
+    """The key of a request's clips (their `clip_digest`s) in clip order: the sidechannel's
+    (the first clips), then the audio parts of `items` (its messages, or Responses input) in
+    order, the path parts the last `len(places)` clips were read from and the parts the
+    client inlined itself alike."""
+    side = len(digests) - len(places)
+    resolved = dict(zip(places, digests[side:], strict=True))
+    return clip_key([*digests[:side], *part_digests(items, resolved)])
 
 
 class PieceBytes(Protocol):

@@ -32,6 +32,7 @@ from .clips import (
     PathClip,
     base64_bytes,
     base64_segments,
+    clip_digest,
     clip_header,
     clip_names,
     clips_key,
@@ -263,9 +264,13 @@ class RewritePipeline:
                     return chunked
             if split and self.over_window is not None:
                 self.over_window.see(clips)
-            key = self._clip_key(body, shape, clips, in_parts)
+            digests = [clip_digest(clip) for clip in clips] if self.keyed else None
+            key = self._clip_key(body, shape, digests, in_parts)
             placeholders = Placeholders()
-            parts = [self._part(clip, shape, placeholders) for clip in clips]
+            parts = [
+                self._part(clip, shape, placeholders, digests[i] if digests else None)
+                for i, clip in enumerate(clips)
+            ]
             # The gateway's own parts decide whether the clips may go by reference: a uuid a
             # client put on its path part is kept, but never makes its clip go by reference.
             by_reference = shape.references and referable(clips, parts)
@@ -295,14 +300,14 @@ class RewritePipeline:
         self,
         body: dict[str, Any],
         shape: RouteShape,
-        clips: Sequence[LoadedClip],
+        digests: Sequence[str] | None,
         in_parts: Sequence[PartClip],
     ) -> str | None:
-        """The request's clip key, taken before the splice (every part still where the
-        client put it); None when bodies are not keyed."""
-        if not self.keyed:
+        """The request's clip key from its clips' digests, taken before the splice (every
+        part still where the client put it); None when bodies are not keyed."""
+        if digests is None:
             return None
-        return clips_key(clips, [found.place for found in in_parts], body.get(shape.items))
+        return clips_key(digests, [found.place for found in in_parts], body.get(shape.items))
 
     def part_clips(
         self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
@@ -437,7 +442,15 @@ class RewritePipeline:
             key=piece_key(body.get(shape.items), place) if self.keyed else None,
         )
 
-    def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
+    def _part(
+        self,
+        clip: LoadedClip,
+        shape: RouteShape,
+        placeholders: Placeholders,
+        digest: str | None = None,
+    ) -> Part:
+        """The clip's audio part; `digest` (its `clip_digest`, when the key was taken) spares
+        hashing inline audio again for its uuid."""
         part: Part
         if isinstance(clip, PathClip) and clip.url is not None:
             # input_audio has no URL form: a clip vLLM fetches is an audio_url part.
@@ -456,10 +469,10 @@ class RewritePipeline:
                 token = placeholders.add(lead, segments)
                 part = {"type": "audio_url", "audio_url": {"url": token}}
         if shape.references:
-            if (uuid := reference_uuid(clip)) is not None:
+            if (uuid := reference_uuid(clip, digest)) is not None:
                 part["uuid"] = uuid
         elif self.config.part_uuid:
-            part["uuid"] = content_sha256(clip)
+            part["uuid"] = content_sha256(clip, digest)
         return part
 
     def _check_length(self, clip: LoadedClip) -> None:

@@ -5,6 +5,7 @@ client's headers untouched. Over real HTTP, against the stub (which records ever
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream import StubState
-from tests.conftest import GatewayFactory, chat_body, write_encoded_tone
+from tests.conftest import GatewayFactory, chat_body, sha256_of, write_encoded_tone
 
 HEADER = "X-Session-ID"
 ROUTING = {"affinity_headers": [HEADER]}
@@ -67,6 +68,18 @@ async def test_same_clip_same_key_whatever_carried_it(
         await keyed(gateway, stub, file_part_body(data_uri(path))),
     }
     assert len(keys) == 1
+
+
+@pytest.mark.parametrize("splice", [{"part_uuid": True}, {"repeats": "reference"}])
+async def test_uuids_stay_the_clips_sha256_with_the_key_on(
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, splice: dict[str, Any]
+) -> None:
+    """The key's digest of inline audio is reused for its uuid: the same sha256 either way."""
+    gateway = await make_gateway(routing=ROUTING, splice=splice)
+    for metadata in ({"audio_data": data_uri(audio_dir / "c.wav")}, {"audio_path": "c.wav"}):
+        await keyed(gateway, stub, chat_body(metadata))
+        part = json.loads(stub.requests[-1].body)["messages"][-1]["content"][0]
+        assert part["uuid"] == sha256_of(audio_dir / "c.wav")
 
 
 def file_part_body(url: str, text: str = "Transcribe the audio.") -> dict[str, Any]:

@@ -25,9 +25,12 @@ KEY_DOMAIN = b"audio-gateway clip key v1\x00"  # a key is never a hash of anythi
 KEY_HEX_CHARS = 32  # 128 bits: no two clip lists a fleet sees collide
 
 
+SHA256_PREFIX = "sha256:"
+
+
 def sha256_digest(hexdigest: str) -> str:
     """A clip whose bytes' sha256 the gateway already holds."""
-    return "sha256:" + hexdigest
+    return SHA256_PREFIX + hexdigest
 
 
 def bytes_digest(data: bytes | memoryview) -> str:
