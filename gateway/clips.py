@@ -13,6 +13,7 @@ import pybase64
 
 from .affinity import (
     SHA256_PREFIX,
+    base64_digest,
     bytes_digest,
     clip_key,
     identity_digest,
@@ -113,8 +114,10 @@ def clip_digest(clip: LoadedClip) -> str:
     the gateway has it (inline audio, a clip read whole, a converted WAV); a clip whose bytes
     were not hashed before it is sent (streamed, or fetched by vLLM from its URL) by its
     identity: a file's real path, mtime_ns and size; an object's bucket, key, ETag and size."""
-    if isinstance(clip, InlineAudio) or clip.audio.sha256 is not None:
-        return sha256_digest(content_sha256(clip))
+    if isinstance(clip, InlineAudio):
+        return base64_digest(clip.uri, clip.payload_start)  # strict base64: checked
+    if clip.audio.sha256 is not None:
+        return sha256_digest(clip.audio.sha256)
     source = clip.source
     if isinstance(source, ObjectClip):
         return identity_digest("object", source.info.cache_key)
