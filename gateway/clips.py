@@ -1,5 +1,6 @@
 """One loaded clip as the pipeline holds it, and what the splice and the messages need of it:
-its names, its header, its base64, its uuid. Pure but for closing streamed clips."""
+its names, its header, its base64, its uuid, its digest in the clip key. Pure but for closing
+streamed clips."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import pybase64
 
+from .affinity import identity_digest, sha256_digest
 from .audio.durations import AudioHeader, read_base64_header
 from .audio.encoder import EncodedAudio, StreamedAudio
 from .audio.sources import AudioSource
@@ -91,6 +93,19 @@ def content_sha256(clip: LoadedClip) -> str:
     if clip.audio.sha256 is None:
         raise AssertionError("the audio store computes digests when part_uuid is on")
     return clip.audio.sha256
+
+
+def clip_digest(clip: LoadedClip) -> str:
+    """How the clip key names the clip (`gateway.affinity`): by the sha256 of its bytes when
+    the gateway has it (inline audio, a clip read whole, a converted WAV); a clip whose bytes
+    were not hashed before it is sent (streamed, or fetched by vLLM from its URL) by its
+    identity: a file's real path, mtime_ns and size; an object's bucket, key, ETag and size."""
+    if isinstance(clip, InlineAudio) or clip.audio.sha256 is not None:
+        return sha256_digest(content_sha256(clip))
+    source = clip.source
+    if isinstance(source, ObjectClip):
+        return identity_digest("object", source.info.cache_key)
+    return identity_digest("file", source.cache_key)
 
 
 async def close_streams(clips: Sequence[LoadedClip]) -> None:

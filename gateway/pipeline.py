@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
+from .affinity import bytes_digest, clip_key, part_digests
 from .audio.cache import AudioStore
 from .audio.durations import check_decode_limits
 from .audio.encoder import StreamedAudio
@@ -24,13 +25,14 @@ from .audio.policy import BatchedResolver, PathPolicy
 from .audio.sources import AudioSource
 from .audio.sources.local import LocalClip
 from .audio.sources.objects import ObjectClip, ObjectSources, object_sources
-from .chunking.bodies import ChunkedRequest, chunked_request
+from .chunking.bodies import ChunkedRequest, Piece, chunked_request
 from .chunking.refusals import refuse_unmergeable
 from .clips import (
     LoadedClip,
     PathClip,
     base64_bytes,
     base64_segments,
+    clip_digest,
     clip_header,
     clip_names,
     close_streams,
@@ -79,6 +81,8 @@ class RouteShape:
     references: bool = False
     # Chat bodies: audio_url parts naming a path are clips ([sidechannel] content_parts).
     content_parts: bool = False
+    # Where the body's messages are, with the audio parts a client put there itself.
+    items: str = "messages"
 
 
 CHAT_AUDIO_URL = RouteShape(
@@ -96,6 +100,7 @@ RESPONSES = RouteShape(
     "responses",
     splice_responses,
     input_audio_parts=True,
+    items="input",
     input_audio_fix='send it through the chat bridge ([responses] audio = "chat_bridge")',
 )
 
@@ -119,12 +124,14 @@ async def build_pipeline(
     the dataset tools both use it (`cache` overrides `config.cache`). Close its resolver."""
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
     references = config.splice.repeats == "reference"
+    keyed = bool(config.routing.affinity_headers)
     store = AudioStore(
         cache or config.cache,
         metrics,
         encode=config.splice.mode == "data_uri",
         digest=config.splice.part_uuid or references,
         digest_urls=not references,  # reference mode names presigned objects by identity
+        digest_read=keyed,  # the clip key: the sha256 of what is read anyway
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
     keys = SidechannelKeys(config.sidechannel.key_prefix)
@@ -151,6 +158,7 @@ async def build_pipeline(
         normalizer=normalizer,
         parts=parts,
         metrics=metrics,
+        keyed=keyed,
     )
 
 
@@ -168,8 +176,10 @@ class RewritePipeline:
         normalizer: Normalizer | None = None,
         parts: PartRoots | None = None,
         metrics: GatewayMetrics | None = None,
+        keyed: bool = False,
     ):
         self.config = config
+        self.keyed = keyed  # bodies carry their clips' key ([routing] affinity_headers)
         self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
         self.parts = parts  # None: [sidechannel] content_parts = "pass"
         self.metrics = metrics
@@ -252,6 +262,7 @@ class RewritePipeline:
                     return chunked
             if split and self.over_window is not None:
                 self.over_window.see(clips)
+            key = self._clip_key(body, shape, clips, in_parts)
             placeholders = Placeholders()
             parts = [self._part(clip, shape, placeholders) for clip in clips]
             # The gateway's own parts decide whether the clips may go by reference: a uuid a
@@ -260,11 +271,58 @@ class RewritePipeline:
             parts = splice_clips(body, shape.splice, parts, [found.place for found in in_parts])
             if by_reference:
                 sizes = [base64_bytes(clip) for clip in clips]
-                return ReferencedBody.of(body, placeholders, parts, sizes)
-            return SegmentedPayload(placeholders.render(body))
+                return ReferencedBody.of(body, placeholders, parts, sizes, key)
+            return SegmentedPayload(placeholders.render(body), key)
         except BaseException:
             await close_streams(clips)
             raise
+
+    def passed(
+        self, raw: bytes, body: dict[str, Any], shape: RouteShape
+    ) -> bytes | SegmentedPayload:
+        """A body `rewrite` left as it was (`raw`, parsed as `body`): as it is, or, when the
+        client's own audio parts are keyed, with their key."""
+        key = self.unchanged_key(body, shape)
+        return raw if key is None else SegmentedPayload([raw], key)
+
+    def unchanged_key(self, body: dict[str, Any], shape: RouteShape) -> str | None:
+        """The key of the audio parts a client inlined itself in `body`; None when bodies are
+        not keyed or it has none."""
+        return clip_key(part_digests(body.get(shape.items), {})) if self.keyed else None
+
+    def _clip_key(
+        self,
+        body: dict[str, Any],
+        shape: RouteShape,
+        clips: Sequence[LoadedClip],
+        in_parts: Sequence[PartClip],
+    ) -> str | None:
+        """The key of every clip of the request, in clip order: the sidechannel's, then the
+        audio parts in message order (the gateway's path parts and the client's own alike);
+        taken before the splice, with every part still where the client put it."""
+        if not self.keyed:
+            return None
+        side = len(clips) - len(in_parts)
+        resolved = {
+            found.place: clip_digest(clip)
+            for found, clip in zip(in_parts, clips[side:], strict=True)
+        }
+        inline = part_digests(body.get(shape.items), resolved)
+        return clip_key([*map(clip_digest, clips[:side]), *inline])
+
+    def _piece_key(
+        self, body: dict[str, Any], shape: RouteShape, place: Place | None
+    ) -> Callable[[Piece], str | None] | None:
+        """How a long clip's piece is keyed: as the one clip in place of the whole, with the
+        client's own audio parts (if any) after it; None when bodies are not keyed."""
+        if not self.keyed:
+            return None
+        others = part_digests(body.get(shape.items), {} if place is None else {place: None})
+
+        def key(piece: Piece) -> str | None:
+            return clip_key([bytes_digest(piece.data), *others])
+
+        return key
 
     def part_clips(
         self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
@@ -396,6 +454,7 @@ class RewritePipeline:
             splice=shape.splice if place is None else partial(_splice_at, place),
             part=lambda piece, placeholders: self._part(piece, shape, placeholders),
             release=found.close,
+            key=self._piece_key(body, shape, place),
         )
 
     def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
