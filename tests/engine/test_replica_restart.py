@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
 from engine.router import RouterServer
 from engine.server import START_DEADLINE_S, EngineServer
+from gateway.affinity import bytes_digest, clip_key
 
 from .conftest import RouterFactory
-from .helpers import chat_body, write_clip
+from .helpers import BOUND_SECONDS, CHAT, chat_body, write_clip
 from .replicas import SECONDS, SEEDS, answer, guide_gateway, readings, shares, wave
 from .replicas_recipe import router_command
 from .test_references import reference_counters
@@ -59,6 +61,7 @@ async def test_a_replica_stopped_mid_wave_and_restarted(
         assert (await reference_counters(gateway))["cache_miss"] > misses  # retried with data
 
         await asyncio.to_thread(restart, replica, router)
+        await routed_back(router, replica, clip_dir / "moved.wav")
         misses = (await reference_counters(gateway))["cache_miss"]
         before = await readings(qwen_replicas)
         assert {status for status, _, _ in await wave(gateway, "moved.wav")} == {200}
@@ -74,6 +77,23 @@ async def wait_out_of_ring(router: RouterServer, url: str) -> None:
     async with asyncio.timeout(60):
         while await asyncio.to_thread(router.serving, url):
             await asyncio.sleep(0.2)
+
+
+async def routed_back(router: RouterServer, replica: EngineServer, clip: Path) -> None:
+    """Until the router sends the clip's key to `replica` again: text-only requests with the
+    key the gateway gives the clip (its circuit may still be open, or half-open and waiting
+    for a trial request)."""
+    key = clip_key([bytes_digest(clip.read_bytes())])
+    headers = {"X-Session-ID": key or ""}
+    timeout = aiohttp.ClientTimeout(total=BOUND_SECONDS)
+    async with aiohttp.ClientSession(timeout=timeout) as session, asyncio.timeout(60):
+        while True:
+            before = await readings([replica])
+            async with session.post(router.url + CHAT, json=chat_body(), headers=headers) as got:
+                await got.read()
+            if shares(before, await readings([replica]))[0].requests:
+                return
+            await asyncio.sleep(0.5)
 
 
 def restart(replica: EngineServer, router: RouterServer) -> None:
