@@ -174,7 +174,8 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     try:
         for replica in replicas:
             replica.start()
-        startup_s = [replica.wait_healthy() for replica in replicas]
+        for replica in replicas:
+            replica.wait_healthy()
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
@@ -183,7 +184,10 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         return {
             "date": date.today().isoformat(),
             "command": "python -m bench.system " + " ".join(args.argv),
-            "engine": {"startup_s": startup_s, "rss_bytes": [r.rss_bytes() for r in replicas]},
+            "engine": {
+                "startup_s": [r.healthy_after_s for r in replicas],
+                "rss_bytes": [r.rss_bytes() for r in replicas],
+            },
             "seeds": SEEDS,
             "seconds": args.seconds,
             "reference_wait_ms": args.reference_wait_ms,

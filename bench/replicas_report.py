@@ -101,8 +101,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"# Replicas bench, {results['date']}: two engines behind vllm-router",
         "",
         f"Command: `{results['command']}`. Two replicas of the tiny Qwen2-Audio (vLLM 0.32.0, "
-        f"CPU build) on one 2-core machine, healthy after "
-        f"{', '.join(f'{s:.0f}' for s in results['engine']['startup_s'])} s; vllm-router 0.1.17 "
+        f"CPU build) started side by side on one 2-core machine, both healthy "
+        f"{max(results['engine']['startup_s']):.0f} s after the start; vllm-router 0.1.17 "
         f"(`--health-check-interval-secs 1 --cb-timeout-duration-secs 2`); {results['seeds']} "
         f"seeds a clip, {results['seconds']:g} s 16 kHz WAV clips, new clips every wave, "
         f"`reference_wait_ms = {results['reference_wait_ms']}`. Processings: vLLM's "
