@@ -157,10 +157,14 @@ def start_gateway(name: str, workdir: Path, upstream: str, audio_root: Path) -> 
     port = free_port()
     cache_bytes = 0 if name == "gateway-nocache" else 1024**3
     config = gateway_config(workdir, name, cache_bytes)
+    argv = gateway_argv(config, port, upstream, audio_root)
+    return start(ServerProcess(name, argv, port, workdir))
+
+
+def gateway_argv(config: Path, port: int, upstream: str, audio_root: Path) -> list[str]:
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
-    argv += ["--audio-root", str(audio_root), "--log-level", "WARNING"]
-    return start(ServerProcess(name, argv, port, workdir))
+    return [*argv, "--audio-root", str(audio_root), "--log-level", "WARNING"]
 
 
 def start_seed_reference(workdir: Path, upstream: str, audio_root: Path) -> ServerProcess:

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable
 
 from pydantic import ValidationError
 
@@ -16,10 +15,11 @@ from .audio.roots import describe_roots
 from .config import Config, ConfigError, describe_validation_error, load_config
 from .lifecycle import serve_app
 from .serving.logs import add_log_level_option, configure_logging
-from .serving.tuning import reexec_with_malloc_tuning, tune_garbage_collector
+from .serving.tuning import event_loop_factory, reexec_with_malloc_tuning, tune_garbage_collector
 from .tools.cli import COMMANDS as TOOL_COMMANDS
 from .tools.cli import add_commands as add_tool_commands
 from .tools.cli import run_command as run_tool_command
+from .workers.supervisor import run_workers
 
 log = logging.getLogger("gateway")
 LOG_FORMATS = ("text", "json")
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     if config.server.malloc_tuning:
         reexec_with_malloc_tuning(argv)
     try:
-        serve(config)
+        serve(config, args.log_level)
     except ConfigError as exc:  # found at start-up, e.g. an unreadable upstream.ca_file
         print(f"audio-gateway: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -111,7 +111,7 @@ def serve_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"command-line override: {describe_validation_error(exc)}") from exc
 
 
-def serve(config: Config) -> None:
+def serve(config: Config, log_level: str = "INFO") -> None:
     if config.splice.mode == "file_url":
         roots = config.audio.effective_roots()
         log.warning(
@@ -126,31 +126,21 @@ def serve(config: Config) -> None:
             "and a VLLM_AUDIO_FETCH_TIMEOUT long enough for the clips"
         )
     log.info(
-        "audio-gateway on http://%s:%d -> %s; %s; %s",
+        "audio-gateway on http://%s:%d%s -> %s; %s; %s",
         config.server.host,
         config.server.port,
+        f" ({config.server.workers} workers)" if config.server.workers > 1 else "",
         config.upstream.url,
         describe_roots(config.audio),
         f"{len(config.server.api_keys)} API key(s) required on /v1"
         if config.server.api_keys
         else "no API keys: /v1 is open",
     )
+    if config.server.workers > 1:
+        sys.exit(run_workers(config, log_level))
     tune_garbage_collector()
     with asyncio.Runner(loop_factory=event_loop_factory(config.server.event_loop)) as runner:
         runner.run(serve_app(create_app(config), config.server))
-
-
-def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop when asked for, or on "auto" when it is installed; None means asyncio's own."""
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            raise ConfigError("server.event_loop = 'uvloop' but uvloop is not installed") from None
-        return None
-    return uvloop.new_event_loop
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from .references.held import UpstreamClips
 from .references.relay import ReferenceRelay
 from .serving.access_log import answer_with_request_id, assign_request_ids
 from .serving.drain import InFlight
+from .serving.peers import Peers
 from .serving.readiness import Readiness
 from .serving.refusals import refusal_response
 from .speech import SpeechUploads
@@ -67,6 +68,8 @@ in_flight_key = web.AppKey("in_flight_key", InFlight)
 readiness_key = web.AppKey("readiness_key", Readiness)
 # Only with [splice] repeats = "reference": what the upstream holds, and the retrying relay.
 reference_relay_key = web.AppKey("reference_relay_key", ReferenceRelay)
+# Only in a worker of a gateway with [server] workers > 1 (gateway/workers): the others' state.
+peers_key = web.AppKey("peers_key", Peers)
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away before the answer
 
@@ -138,7 +141,11 @@ async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
 async def readiness(app: web.Application) -> AsyncIterator[None]:
     in_flight = app[in_flight_key]
     roots = local_roots(app[config_key].audio)
-    app[readiness_key] = Readiness(app[upstream_key], lambda: in_flight.draining, roots)
+    peers = app.get(peers_key)
+    check_peers = peers.verdict if peers is not None else None
+    app[readiness_key] = Readiness(
+        app[upstream_key], lambda: in_flight.draining, roots, check_peers
+    )
     yield
     app[readiness_key].close()
 

@@ -62,6 +62,7 @@ ByteSize = Annotated[int, BeforeValidator(parse_byte_size), Field(ge=0)]
 # A duration in seconds, 0 or more: a TOML integer or float, never a string, bool or inf/nan.
 Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
 
+MAX_WORKERS = 64
 API_KEYS_ENV = "AUDIO_GATEWAY_API_KEYS"  # comma-separated; added to server.api_keys
 UPSTREAM_API_KEY_ENV = "AUDIO_GATEWAY_UPSTREAM_API_KEY"  # replaces upstream.api_key
 # Printable ASCII minus space (a Bearer credential has none) and comma (the env separator).
@@ -101,6 +102,8 @@ class ServerConfig(_Section):
     drain_seconds: Seconds = 0.0
     shutdown_timeout_seconds: Seconds = 60.0
     log_format: Literal["text", "json"] = "text"
+    # Serving processes sharing the port (SO_REUSEPORT, Linux): gateway/workers.
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, strict=True)
 
 
 class UpstreamConfig(_Section):

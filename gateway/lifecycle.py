@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -48,9 +48,10 @@ class StopSignals:
         self.first: asyncio.Future[signal.Signals] = loop.create_future()
         self.again: asyncio.Future[signal.Signals] = loop.create_future()
         for signum in STOP_SIGNALS:
-            loop.add_signal_handler(signum, self._received, signum)
+            loop.add_signal_handler(signum, self.received, signum)
 
-    def _received(self, signum: signal.Signals) -> None:
+    def received(self, signum: signal.Signals) -> None:
+        """`signum` came (or the caller acts as if it had)."""
         pending = self.first if not self.first.done() else self.again
         if not pending.done():
             pending.set_result(signum)
@@ -58,8 +59,17 @@ class StopSignals:
             log.warning("%s again: cutting what is still in flight now", signum.name)
 
 
-async def serve_app(app: web.Application, server: ServerConfig) -> None:
-    """Run `app` on `server.host:port` until SIGTERM or SIGINT, then drain and shut down."""
+async def serve_app(
+    app: web.Application,
+    server: ServerConfig,
+    *,
+    reuse_port: bool = False,
+    listening: Callable[[StopSignals], object] | None = None,
+) -> None:
+    """Run `app` on `server.host:port` until SIGTERM or SIGINT, then drain and shut down.
+
+    `reuse_port`: listen with SO_REUSEPORT, beside the gateway's other workers (gateway/workers);
+    `listening` is called once the port is open, with the stop signals it may also trigger."""
     runner = web.AppRunner(
         app,
         access_log=access_logger if server.access_log else None,
@@ -71,12 +81,14 @@ async def serve_app(app: web.Application, server: ServerConfig) -> None:
     signals = StopSignals(loop)  # before start-up: a SIGTERM during it still drains
     try:
         await runner.setup()
-        site = web.TCPSite(runner, server.host, server.port)
+        site = web.TCPSite(runner, server.host, server.port, reuse_port=reuse_port or None)
         try:
             await site.start()
         except OSError as exc:  # the port is taken, the host is not ours
             where = f"{server.host}:{server.port}"
             raise ConfigError(f"server.host/port: cannot listen on {where}: {exc}") from exc
+        if listening is not None:
+            listening(signals)
         signum = await signals.first
         await drain(runner, site, server, signum, signals.again)
     finally:

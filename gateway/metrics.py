@@ -4,16 +4,29 @@ Each app has its own registry, so several gateways (tests, bench) can live in on
 A `route` label always holds the route's name in the router (`chat_completions`, `responses`,
 `transcriptions`, `translations`, `websocket`, `passthrough`, `gateway_metrics`, ...), the same
 name the access log and the refusal log show.
+
+A worker of a gateway with `[server] workers` > 1 runs in prometheus_client's multiprocess mode
+(its supervisor sets `PROMETHEUS_MULTIPROC_DIR` to a directory of its own, gateway/workers), and
+`aggregate_from(that directory)` makes `render()` speak for every worker: counters and histograms
+summed over all the workers that ever ran (one that died and was replaced included), gauges
+summed over the workers running now (`livesum`). A gauge read from a function (the cache's
+bytes, ...) is written to the directory by each worker every `SAMPLE_SECONDS` and by the
+answering worker at the scrape.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 ADDED_LATENCY_BUCKETS_SECONDS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )  # fmt: skip
 CHUNKS_PER_REQUEST_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+SAMPLE_SECONDS = 1.0  # multiprocess mode: how stale another worker's function gauges may be
+LIVE_SUM: Final = "livesum"  # multiprocess mode: a gauge is the sum over the workers running now
 STORAGE_BUCKETS_SECONDS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
@@ -22,6 +35,7 @@ STORAGE_BUCKETS_SECONDS = (
 class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._multiprocess_dir: str | None = None
         registry = self.registry
         self.cache_hits = Counter(
             "audio_gateway_cache_hits",
@@ -34,12 +48,16 @@ class GatewayMetrics:
             registry=registry,
         )
         self.cache_bytes = Gauge(
-            "audio_gateway_cache_bytes", "Bytes held by the encoded-audio cache.", registry=registry
+            "audio_gateway_cache_bytes",
+            "Bytes held by the encoded-audio cache.",
+            registry=registry,
+            multiprocess_mode=LIVE_SUM,
         )
         self.cache_entries = Gauge(
             "audio_gateway_cache_entries",
             "Clips held by the encoded-audio cache.",
             registry=registry,
+            multiprocess_mode=LIVE_SUM,
         )
         self.encoded_bytes = Counter(
             "audio_gateway_encoded_bytes",
@@ -56,6 +74,7 @@ class GatewayMetrics:
             "audio_gateway_websocket_sessions",
             "WebSocket sessions relayed to the upstream that are open now.",
             registry=registry,
+            multiprocess_mode=LIVE_SUM,
         )
         self.added_latency = Histogram(
             "audio_gateway_added_latency_seconds",
@@ -119,6 +138,7 @@ class GatewayMetrics:
             "audio_gateway_reference_clips",
             "Clips the gateway records as held by the upstream's processor cache.",
             registry=registry,
+            multiprocess_mode=LIVE_SUM,
         )
 
         self.refusals = Counter(
@@ -156,6 +176,18 @@ class GatewayMetrics:
         # Both series exist from the start (a dashboard's rate() needs no first clip).
         self._sidechannel_clips = self.clips.labels("sidechannel")
         self._content_part_clips = self.clips.labels("content_part")
+        self.workers = Gauge(
+            "audio_gateway_workers",
+            "Serving processes of this gateway running now ([server] workers).",
+            registry=registry,
+            multiprocess_mode=LIVE_SUM,
+        )
+        self.workers.set(1)
+        self.worker_restarts = Counter(
+            "audio_gateway_worker_restarts",
+            "Workers started again after one died while serving ([server] workers > 1).",
+            registry=registry,
+        )
 
         self._request_counters: dict[tuple[str, int], Counter] = {}
         self._latency_histograms: dict[str, Histogram] = {}
@@ -192,5 +224,23 @@ class GatewayMetrics:
         self.chunked_requests.inc()
         self.chunks_per_request.observe(pieces)
 
+    def aggregate_from(self, directory: str) -> None:
+        """From now on, `render()` speaks for every worker whose values are in `directory`
+        (this process's among them: prometheus_client writes there when
+        `PROMETHEUS_MULTIPROC_DIR` named it at start-up)."""
+        self._multiprocess_dir = directory
+
+    def write_sampled_gauges(self) -> None:
+        """Multiprocess mode: write the gauges read from a function (`set_function`) to the
+        directory, where the other workers' scrapes read them."""
+        for gauge in (self.cache_bytes, self.cache_entries, self.reference_clips):
+            [family] = gauge.collect()
+            gauge.set(family.samples[0].value)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self._multiprocess_dir is None:
+            return generate_latest(self.registry)
+        self.write_sampled_gauges()
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self._multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)

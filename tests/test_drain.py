@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -63,10 +64,13 @@ async def serve(
     tmp_path: Path,
     *args: str,
     sections: dict[str, dict[str, Any]] | None = None,
+    env: dict[str, str] | None = None,
+    new_session: bool = False,
     **server: Any,
 ) -> AsyncIterator[Gateway]:
     """`python -m gateway serve --config FILE ARGS` in front of the stub: `[server]` keys from
-    `server`, other sections from `sections`."""
+    `server`, other sections from `sections`, environment variables added from `env`; with
+    `new_session`, in a process group of its own (as a terminal's foreground job)."""
     upstream = str(stub_server.make_url("")).rstrip("/")
     tables: dict[str, dict[str, Any]] = {"server": {"malloc_tuning": False, **server}}
     for name, values in (sections or {}).items():
@@ -86,6 +90,8 @@ async def serve(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        start_new_session=new_session,
     )
     gateway = Gateway(process, port)
     reader = asyncio.create_task(collect_stderr(process, gateway.log))

@@ -52,6 +52,9 @@ class ReferenceRelay:
             reason: metrics.reference_retries.labels(reason) for reason in RETRY_REASONS
         }
         self._saved = metrics.reference_bytes_saved
+        # Told when a relayed request emptied the upstream's caches (the other workers forget
+        # too, gateway/workers).
+        self.on_upstream_cleared: Callable[[], None] | None = None
 
     async def relay(
         self,
@@ -124,6 +127,8 @@ class ReferenceRelay:
             and 200 <= response.status < 300
         ):
             self.clips.forget_all()
+            if self.on_upstream_cleared is not None:
+                self.on_upstream_cleared()
 
     async def _send(
         self,

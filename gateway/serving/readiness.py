@@ -1,8 +1,9 @@
 """`GET /gateway/ready`: whether this gateway should get traffic (a readiness probe).
 
-Ready means: no drain has started, every local audio root is still a directory the gateway may
-list and enter (an unmounted volume is not ready: `audio_root_unreadable`), and the upstream
-answered its own `GET /health` with 200. The upstream probe is the gateway's own request, built
+Ready means: no drain has started, every worker of the gateway serves (`[server] workers`:
+`peers.py`), every local audio root is still a directory the gateway may list and enter (an
+unmounted volume is not ready: `audio_root_unreadable`), and the upstream answered its own
+`GET /health` with 200. The upstream probe is the gateway's own request, built
 here with no header of the prober's (the pool adds `Host` and, when configured,
 `upstream.api_key`). A probe's result is kept for `RESULT_TTL_SECONDS`, and at most one probe
 is in flight: concurrent readiness calls share it, so a burst of probers costs the upstream one
@@ -50,16 +51,18 @@ DRAINING = Verdict(
 
 class Readiness:
     """The readiness check over one upstream pool and the local audio `roots`; `draining()`
-    says whether a drain started."""
+    says whether a drain started, `peers()` (with workers) whether the other workers serve."""
 
     def __init__(
         self,
         pool: UpstreamPool,
         draining: Callable[[], bool],
         roots: Sequence[LocalRoot] = (),
+        peers: Callable[[], Verdict | None] | None = None,
     ) -> None:
         self._pool = pool
         self._draining = draining
+        self._peers = peers
         self._roots = tuple(roots)
         self._verdict: Verdict | None = None
         self._verdict_at = 0.0
@@ -68,6 +71,8 @@ class Readiness:
     async def check(self) -> Verdict:
         if self._draining():
             return DRAINING
+        if self._peers is not None and (verdict := self._peers()) is not None:
+            return verdict
         if self._verdict is not None and time.monotonic() - self._verdict_at < RESULT_TTL_SECONDS:
             return self._verdict
         if self._probe is None:

@@ -14,10 +14,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+
+from ..config import ConfigError
 
 GC_YOUNG_THRESHOLD = 20_000  # allocations between young-generation collections
 MALLOC_TUNABLES = (
@@ -53,3 +56,16 @@ def reexec_with_malloc_tuning(argv: list[str]) -> None:
     os.execve(
         sys.executable, [sys.executable, "-m", "gateway", *argv], malloc_tuning_env(os.environ)
     )
+
+
+def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when asked for, or on "auto" when it is installed; None means asyncio's own."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("server.event_loop = 'uvloop' but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
