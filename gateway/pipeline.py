@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
-from .affinity import bytes_digest, clip_key, part_digests
+from .affinity import clip_key, part_digests
 from .audio.cache import AudioStore
 from .audio.durations import check_decode_limits
 from .audio.encoder import StreamedAudio
@@ -25,7 +25,7 @@ from .audio.policy import BatchedResolver, PathPolicy
 from .audio.sources import AudioSource
 from .audio.sources.local import LocalClip
 from .audio.sources.objects import ObjectClip, ObjectSources, object_sources
-from .chunking.bodies import ChunkedRequest, Piece, chunked_request
+from .chunking.bodies import ChunkedRequest, chunked_request
 from .chunking.refusals import refuse_unmergeable
 from .clips import (
     LoadedClip,
@@ -35,8 +35,10 @@ from .clips import (
     clip_digest,
     clip_header,
     clip_names,
+    clips_key,
     close_streams,
     content_sha256,
+    piece_key,
     referable,
     reference_uuid,
 )
@@ -262,9 +264,13 @@ class RewritePipeline:
                     return chunked
             if split and self.over_window is not None:
                 self.over_window.see(clips)
-            key = self._clip_key(body, shape, clips, in_parts)
+            digests = [clip_digest(clip) for clip in clips] if self.keyed else None
+            key = self._clip_key(body, shape, digests, in_parts)
             placeholders = Placeholders()
-            parts = [self._part(clip, shape, placeholders) for clip in clips]
+            parts = [
+                self._part(clip, shape, placeholders, digests[i] if digests else None)
+                for i, clip in enumerate(clips)
+            ]
             # The gateway's own parts decide whether the clips may go by reference: a uuid a
             # client put on its path part is kept, but never makes its clip go by reference.
             by_reference = shape.references and referable(clips, parts)
@@ -294,35 +300,14 @@ class RewritePipeline:
         self,
         body: dict[str, Any],
         shape: RouteShape,
-        clips: Sequence[LoadedClip],
+        digests: Sequence[str] | None,
         in_parts: Sequence[PartClip],
     ) -> str | None:
-        """The key of every clip of the request, in clip order: the sidechannel's, then the
-        audio parts in message order (the gateway's path parts and the client's own alike);
-        taken before the splice, with every part still where the client put it."""
-        if not self.keyed:
+        """The request's clip key from its clips' digests, taken before the splice (every
+        part still where the client put it); None when bodies are not keyed."""
+        if digests is None:
             return None
-        side = len(clips) - len(in_parts)
-        resolved = {
-            found.place: clip_digest(clip)
-            for found, clip in zip(in_parts, clips[side:], strict=True)
-        }
-        inline = part_digests(body.get(shape.items), resolved)
-        return clip_key([*map(clip_digest, clips[:side]), *inline])
-
-    def _piece_key(
-        self, body: dict[str, Any], shape: RouteShape, place: Place | None
-    ) -> Callable[[Piece], str | None] | None:
-        """How a long clip's piece is keyed: as the one clip in place of the whole, with the
-        client's own audio parts (if any) after it; None when bodies are not keyed."""
-        if not self.keyed:
-            return None
-        others = part_digests(body.get(shape.items), {} if place is None else {place: None})
-
-        def key(piece: Piece) -> str | None:
-            return clip_key([bytes_digest(piece.data), *others])
-
-        return key
+        return clips_key(digests, [found.place for found in in_parts], body.get(shape.items))
 
     def part_clips(
         self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
@@ -454,10 +439,18 @@ class RewritePipeline:
             splice=shape.splice if place is None else partial(_splice_at, place),
             part=lambda piece, placeholders: self._part(piece, shape, placeholders),
             release=found.close,
-            key=self._piece_key(body, shape, place),
+            key=piece_key(body.get(shape.items), place) if self.keyed else None,
         )
 
-    def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
+    def _part(
+        self,
+        clip: LoadedClip,
+        shape: RouteShape,
+        placeholders: Placeholders,
+        digest: str | None = None,
+    ) -> Part:
+        """The clip's audio part; `digest` (its `clip_digest`, when the key was taken) spares
+        hashing inline audio again for its uuid."""
         part: Part
         if isinstance(clip, PathClip) and clip.url is not None:
             # input_audio has no URL form: a clip vLLM fetches is an audio_url part.
@@ -476,10 +469,10 @@ class RewritePipeline:
                 token = placeholders.add(lead, segments)
                 part = {"type": "audio_url", "audio_url": {"url": token}}
         if shape.references:
-            if (uuid := reference_uuid(clip)) is not None:
+            if (uuid := reference_uuid(clip, digest)) is not None:
                 part["uuid"] = uuid
         elif self.config.part_uuid:
-            part["uuid"] = content_sha256(clip)
+            part["uuid"] = content_sha256(clip, digest)
         return part
 
     def _check_length(self, clip: LoadedClip) -> None:

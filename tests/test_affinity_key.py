@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from gateway.affinity import (
     with_clip_key,
 )
 from gateway.affinity.headers import REFUSED_NAMES
+from gateway.affinity.key import DECODE_CHUNK_CHARS
 from gateway.affinity.parts import part_digest, url_digest
 from tests.test_config import config_error, run_cli
 
@@ -120,6 +122,16 @@ def test_the_key_is_plain_lowercase_hex_with_no_per_process_salt(digests: list[s
     framed = b"".join(b"%d:%s" % (len(d.encode()), d.encode()) for d in digests)
     expected = hashlib.sha256(b"audio-gateway clip key v1\x00" + framed).hexdigest()
     assert key == expected[:KEY_HEX_CHARS]  # a fleet of gateways computes the same
+
+
+def test_megabytes_of_base64_decode_piece_by_piece_as_one() -> None:
+    data = os.urandom(2 * DECODE_CHUNK_CHARS + 12345)  # its base64 spans several pieces
+    uri = f"data:audio/wav;base64,{b64(data)}"
+    assert url_digest(uri) == base64_digest(b64(data)) == bytes_digest(data)
+    # Padding before the end is not base64, even where a piece ends.
+    padded = "A" * (DECODE_CHUNK_CHARS - 4) + "AA==" + "AAAA"
+    assert base64_digest(padded) == identity_digest("text", padded)
+    assert base64_digest(b64(data)[:-1] + "*") == identity_digest("text", b64(data)[:-1] + "*")
 
 
 def test_no_clips_no_key() -> None:

@@ -5,16 +5,19 @@ client's headers untouched. Over real HTTP, against the stub (which records ever
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import FormData
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream import StubState
-from tests.conftest import GatewayFactory, chat_body, write_encoded_tone
+from tests.conftest import GatewayFactory, chat_body, sha256_of, write_encoded_tone
 
 HEADER = "X-Session-ID"
 ROUTING = {"affinity_headers": [HEADER]}
@@ -39,12 +42,24 @@ async def keyed(gateway: Any, stub: StubState, body: dict[str, Any], **kwargs: A
     return values[0]
 
 
+SPLICES = [
+    {},
+    {"chat_part": "input_audio"},
+    {"part_uuid": True},
+    {"repeats": "reference"},
+    {"repeats": "reference", "chat_part": "input_audio"},
+]
+
+
+@pytest.mark.parametrize("splice", SPLICES)
 async def test_same_clip_same_key_whatever_carried_it(
-    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, splice: dict[str, Any]
 ) -> None:
-    gateway = await make_gateway(routing=ROUTING)
+    gateway = await make_gateway(routing=ROUTING, splice=splice)
+    another = await make_gateway(routing=ROUTING, splice=splice)  # a fleet agrees
     path = audio_dir / "b.wav"
     keys = {
+        await keyed(another, stub, chat_body({"audio_path": "b.wav"})),
         await keyed(gateway, stub, chat_body({"audio_path": "b.wav"}, seed=1)),
         await keyed(gateway, stub, chat_body({"audio_path": str(path)}, temperature=0.5)),
         await keyed(gateway, stub, chat_body({"audio_paths": ["b.wav"]})),
@@ -53,6 +68,18 @@ async def test_same_clip_same_key_whatever_carried_it(
         await keyed(gateway, stub, file_part_body(data_uri(path))),
     }
     assert len(keys) == 1
+
+
+@pytest.mark.parametrize("splice", [{"part_uuid": True}, {"repeats": "reference"}])
+async def test_uuids_stay_the_clips_sha256_with_the_key_on(
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path, splice: dict[str, Any]
+) -> None:
+    """The key's digest of inline audio is reused for its uuid: the same sha256 either way."""
+    gateway = await make_gateway(routing=ROUTING, splice=splice)
+    for metadata in ({"audio_data": data_uri(audio_dir / "c.wav")}, {"audio_path": "c.wav"}):
+        await keyed(gateway, stub, chat_body(metadata))
+        part = json.loads(stub.requests[-1].body)["messages"][-1]["content"][0]
+        assert part["uuid"] == sha256_of(audio_dir / "c.wav")
 
 
 def file_part_body(url: str, text: str = "Transcribe the audio.") -> dict[str, Any]:
@@ -228,8 +255,10 @@ async def test_references_carry_the_key_on_every_try(
 # --- the Responses routes -----------------------------------------------------------------------
 
 
-def responses_row(metadata: dict[str, Any] | None = None, *parts: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "stub-audio-model", "input": "Transcribe the audio."}
+def responses_row(
+    metadata: dict[str, Any] | None = None, *parts: Any, **fields: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "stub-audio-model", "input": "Transcribe.", **fields}
     if parts:
         body["input"] = [{"role": "user", "content": [*parts]}]
     if metadata is not None:
@@ -259,6 +288,17 @@ async def test_the_responses_bridge_keys_every_carrier_as_chat_does(
     ]
     for row in rows:
         assert await keyed_response(gateway, stub, row) == chat, row
+
+
+@pytest.mark.parametrize("splice", [{"repeats": "reference"}, {"chat_part": "input_audio"}])
+async def test_the_bridge_keys_alike_in_every_splice(
+    make_gateway: GatewayFactory, stub: StubState, splice: dict[str, Any]
+) -> None:
+    gateway = await make_gateway(routing=ROUTING, splice=splice)
+    chat = await keyed(gateway, stub, chat_body({"audio_paths": ["a.wav", "c.wav"]}))
+    for seed in range(2):  # by reference the second time
+        row = responses_row({"audio_paths": ["a.wav", "c.wav"]}, temperature=seed / 10)
+        assert await keyed_response(gateway, stub, row) == chat
 
 
 async def test_a_responses_row_without_audio_passes_the_clients_header(
@@ -368,3 +408,74 @@ async def test_the_openai_sdk_gets_one_key_for_one_clip_on_chat_and_responses(
     assert len(chat) == 1 and KEY.fullmatch(chat[0])
     assert chat == inline == responses
     assert without_audio == ["sdk-session"]
+
+
+# --- properties over HTTP -------------------------------------------------------------------------
+
+CLIP_NAMES = ["a.wav", "b.wav", "c.wav"]
+
+
+@pytest.fixture
+async def keyed_gateway(make_gateway: GatewayFactory) -> Any:
+    return await make_gateway(routing=ROUTING)
+
+
+SPELLINGS = ["audio_path", "absolute", "file_part", "relative_part", "audio_data", "data_part"]
+
+
+def spelled(audio_dir: Path, names: list[str], spellings: list[str]) -> dict[str, Any]:
+    """A chat body naming `names` in order, each clip its own way: sidechannel spellings take
+    the clips up to the first part spelling (the sidechannel's clips come first), parts the
+    rest, in one user message."""
+    side = 0
+    while side < len(names) and spellings[side] in ("audio_path", "absolute", "audio_data"):
+        side += 1
+    metadata: dict[str, Any] = {}
+    if side:
+        kinds = spellings[:side]
+        if all(k == "audio_data" for k in kinds) and side == 1:
+            metadata["audio_data"] = data_uri(audio_dir / names[0])
+        else:  # audio_paths takes paths only: inline clips among them go as paths too
+            metadata["audio_paths"] = [
+                str(audio_dir / n) if k == "absolute" else n
+                for n, k in zip(names[:side], kinds, strict=True)
+            ]
+    content: list[Any] = []
+    for name, kind in zip(names[side:], spellings[side:], strict=True):
+        url = {
+            "file_part": (audio_dir / name).as_uri(),
+            "relative_part": name,
+            "data_part": data_uri(audio_dir / name),
+        }.get(kind, name)
+        content.append({"type": "audio_url", "audio_url": {"url": url}})
+    return {"messages": [{"role": "user", "content": content}], "metadata": metadata}
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    names=st.lists(st.sampled_from(CLIP_NAMES), min_size=1, max_size=3),
+    data=st.data(),
+)
+async def test_property_same_clips_same_key_different_clips_different_key(
+    keyed_gateway: Any,
+    stub: StubState,
+    audio_dir: Path,
+    names: list[str],
+    data: st.DataObject,
+) -> None:
+    gateway = keyed_gateway  # one for every example
+    spell = st.lists(st.sampled_from(SPELLINGS), min_size=len(names), max_size=len(names))
+    keys = []
+    for _ in range(2):
+        body = spelled(audio_dir, names, data.draw(spell))
+        body["model"] = "stub-audio-model"
+        body["messages"][0]["content"].append({"type": "text", "text": data.draw(st.text())})
+        body["seed"] = data.draw(st.integers(0, 2**31))
+        body["temperature"] = data.draw(st.floats(0, 2))
+        keys.append(await keyed(gateway, stub, body))
+    assert keys[0] == keys[1]
+    others = data.draw(st.lists(st.sampled_from(CLIP_NAMES), min_size=1, max_size=3))
+    other_key = await keyed(gateway, stub, chat_body({"audio_paths": others}))
+    assert (other_key == keys[0]) == (others == names)

@@ -12,6 +12,7 @@ May import: `naming` (what an audio part holds). Nothing else of the gateway.
 from .headers import check_header_names, with_clip_key
 from .key import (
     KEY_HEX_CHARS,
+    SHA256_PREFIX,
     base64_digest,
     bytes_digest,
     clip_key,
@@ -22,6 +23,7 @@ from .parts import part_digests
 
 __all__ = [
     "KEY_HEX_CHARS",
+    "SHA256_PREFIX",
     "base64_digest",
     "bytes_digest",
     "check_header_names",

@@ -23,11 +23,15 @@ import pybase64
 
 KEY_DOMAIN = b"audio-gateway clip key v1\x00"  # a key is never a hash of anything else
 KEY_HEX_CHARS = 32  # 128 bits: no two clip lists a fleet sees collide
+DECODE_CHUNK_CHARS = 1024 * 1024  # a multiple of 4: base64 decodes piece by piece
+
+
+SHA256_PREFIX = "sha256:"
 
 
 def sha256_digest(hexdigest: str) -> str:
     """A clip whose bytes' sha256 the gateway already holds."""
-    return "sha256:" + hexdigest
+    return SHA256_PREFIX + hexdigest
 
 
 def bytes_digest(data: bytes | memoryview) -> str:
@@ -35,14 +39,22 @@ def bytes_digest(data: bytes | memoryview) -> str:
     return sha256_digest(hashlib.sha256(data).hexdigest())
 
 
-def base64_digest(payload: str) -> str:
-    """Audio inlined as base64: the digest of its bytes, as if they came from a file; a
-    payload that is not strict base64 (vLLM refuses it) by its text."""
+def base64_digest(text: str, start: int = 0) -> str:
+    """Audio inlined as base64 (`text[start:]`, e.g. a data URI's payload after its lead): the
+    digest of its bytes, as if they came from a file, decoded and hashed piece by piece (a
+    payload of megabytes is never copied whole); a payload that is not strict base64 (vLLM
+    refuses it) by its text."""
+    hasher = hashlib.sha256()
+    last = len(text) - DECODE_CHUNK_CHARS
     try:
-        data = pybase64.b64decode(payload, validate=True)
+        for at in range(start, len(text), DECODE_CHUNK_CHARS):
+            piece = text[at : at + DECODE_CHUNK_CHARS]
+            if at < last and piece.endswith("="):  # padding before the end: not base64
+                raise ValueError(piece[-4:])
+            hasher.update(pybase64.b64decode(piece, validate=True))
     except (binascii.Error, ValueError):
-        return identity_digest("text", payload)
-    return bytes_digest(data)
+        return identity_digest("text", text[start:])
+    return sha256_digest(hasher.hexdigest())
 
 
 def identity_digest(kind: str, identity: Hashable) -> str:

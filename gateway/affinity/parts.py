@@ -50,10 +50,9 @@ def part_digest(part: dict[str, Any]) -> str | None:
 
 def url_digest(url: str) -> str:
     """A base64 data URI by its bytes; any other URL (vLLM fetches it) by its text."""
-    if url[:5].lower() == "data:":
-        lead, _, payload = url.partition(",")
-        if lead.lower().endswith(";base64"):
-            return base64_digest(payload)
+    comma = url.find(",") if url[:5].lower() == "data:" else -1
+    if comma > 0 and url[:comma].lower().endswith(";base64"):
+        return base64_digest(url, comma + 1)
     return identity_digest("url", url)
 
 
