@@ -1,4 +1,5 @@
-"""`python -m bench [--quick] [--name NAME] [--modes ...] [--workloads ...]`
+"""`python -m bench [--quick] [--name NAME] [--modes ...] [--workloads ...]
+[--connection-per-request] [--unpaced-stub]`
 
 Runs every selected mode against one stub upstream with one load generator, then writes
 `bench/results/<date>-<name>.json`, the Markdown table beside it (also printed) and a PNG plot.
@@ -11,10 +12,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bench.clients import connections_mode
 from bench.modes import MODES
 from bench.objects import OBJECT_MODES
 from bench.report import RESULTS_DIR, write_results
 from bench.runner import run_benchmark
+from bench.stub_timing import PLAIN, VLLM_LIKE
 from bench.workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario
 
 WORKLOAD_CHOICES = ("a", "b", "c", "s3", "repeats", "encode")
@@ -45,6 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--loadgen-processes", type=int, default=None,
         help="load generator processes (default 1: see bench/README.md)",
     )  # fmt: skip
+    parser.add_argument(
+        "--connection-per-request", action="store_true",
+        help="clients open a connection per request (default: keep-alive pools, as aiohttp "
+        "and httpx clients do)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--unpaced-stub", action="store_true",
+        help="the stub answers at once, head and body in one write (default: paced like vLLM, "
+        f"{VLLM_LIKE.pace_answers} answers at a time {VLLM_LIKE.pace_ms:g} ms apart, head "
+        "and body split; req/s is then the stub's pace)",
+    )  # fmt: skip
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -65,6 +79,11 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             huge_clip_bytes=scenario.huge_clip_bytes if "c" in chosen else 0,
             encode_file_bytes=scenario.encode_file_bytes if "encode" in chosen else 0,
         )
+    scenario = replace(
+        scenario,
+        connections=connections_mode(args.connection_per_request),
+        stub_timing=PLAIN if args.unpaced_stub else VLLM_LIKE,
+    )
     if args.loadgen_processes:
         scenario = replace(scenario, loadgen_processes=args.loadgen_processes)
     return scenario

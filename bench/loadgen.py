@@ -3,15 +3,17 @@
 It runs in a separate process so its CPU is never charged to the proxy under test. Request
 bodies are built once per (workload, body form) before any timing, as bytes; a measured point
 is N workers sharing one connection pool, each sending its next request as soon as its last
-answer is read. Every answer must be 200; on a sample (every Nth request, and every request of
-a big clip) the stub's decoded sha256 is compared with the clip's. Latencies go back raw (in
+answer is read; the pool keeps its connections alive unless the run says `"connections":
+"per-request"` (bench/clients.py), and the answer counts the connections it opened. Every
+answer must be 200; on a sample (every Nth request, and every request of a big clip) the
+stub's decoded sha256 is compared with the clip's. Latencies go back raw (in
 microseconds) so several loadgen processes can be merged.
 
 Protocol: one JSON object per line on stdin, one JSON answer per line on stdout.
   {"op": "load", "key": "a", "clips": [...], "order": [...]}
   {"op": "prepare", "key": "a", "form": "inline"}        # build the bodies now (untimed)
   {"op": "run", "key": "a", "form": "inline", "url": ..., "concurrency": 32, "requests": 1600,
-   "offset": 0, "check_every": 8, "timeout": 300}
+   "offset": 0, "check_every": 8, "timeout": 300, "connections": "keep-alive"}
   {"op": "drop", "key": "a"} / {"op": "quit"}
 """
 
@@ -75,6 +77,7 @@ class PointResult:
     wall_seconds: float = 0.0
     latencies_us: list[int] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
+    connections_opened: int = 0
 
     def error(self, message: str) -> None:
         self.errors += 1
@@ -113,6 +116,8 @@ class LoadGenerator:
     async def run(self, command: dict[str, Any]) -> dict[str, Any]:
         import aiohttp
 
+        from bench.clients import KEEP_ALIVE, client_session
+
         key, form = command["key"], command["form"]
         bodies = self.prepare(key, form)
         clips, order = self.workloads[key]["clips"], self.workloads[key]["order"]
@@ -121,11 +126,13 @@ class LoadGenerator:
         result = PointResult()
         next_index = 0
         url = command["url"]
-        connector = aiohttp.TCPConnector(limit=command["concurrency"], limit_per_host=0)
-        timeout = aiohttp.ClientTimeout(total=command.get("timeout", 300))
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
-        ) as session:
+        session, connections = client_session(
+            command.get("connections", KEEP_ALIVE),
+            limit=command["concurrency"],
+            timeout_s=command.get("timeout", 300),
+            skip_auto_headers=("User-Agent",),
+        )
+        async with session:
 
             async def worker() -> None:
                 nonlocal next_index
@@ -154,6 +161,7 @@ class LoadGenerator:
             started = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(command["concurrency"])))
             result.wall_seconds = time.perf_counter() - started
+        result.connections_opened = connections.opened
         return result.__dict__
 
 

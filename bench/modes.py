@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procstat
+from bench.stub_timing import PLAIN, StubTiming
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_SECONDS = 30.0
@@ -130,10 +131,10 @@ def start(server: ServerProcess) -> ServerProcess:
     return server
 
 
-def start_stub(workdir: Path, audio_root: Path) -> ServerProcess:
+def start_stub(workdir: Path, audio_root: Path, timing: StubTiming = PLAIN) -> ServerProcess:
     port = free_port()
     argv = [sys.executable, "-m", "gateway.stub_upstream", "--port", str(port)]
-    argv += ["--allowed-local-media-path", str(audio_root)]
+    argv += ["--allowed-local-media-path", str(audio_root), *timing.argv()]
     return start(ServerProcess("stub", argv, port, workdir))
 
 

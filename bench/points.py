@@ -40,6 +40,7 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "wall_seconds": max(r["wall_seconds"] for r in runs),  # parallel load generators
         "latencies_us": [value for r in runs for value in r["latencies_us"]],
         "error_samples": [sample for r in runs for sample in r["error_samples"]][:3],
+        "connections_opened": sum(r.get("connections_opened", 0) for r in runs),
     }
     return merged
 

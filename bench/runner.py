@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import modes, procstat
+from bench import clients, modes, procstat
 from bench.encode import measure_encode
 from bench.loadgen import LoadGeneratorProcess
 from bench.objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
@@ -74,7 +74,7 @@ class Bench:
     # --- lifetimes --------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.stub = modes.start_stub(self.workdir, self.audio_root)
+        self.stub = modes.start_stub(self.workdir, self.audio_root, self.scenario.stub_timing)
         for index in range(self.scenario.loadgen_processes):
             self.loadgens.append(LoadGeneratorProcess(self.workdir / f"loadgen{index}.log"))
         for mode in self.modes:
@@ -131,6 +131,7 @@ class Bench:
                     "offset": offset,
                     "check_every": self.scenario.sha_check_every if key == "a" else 1,
                     "timeout": HUGE_CLIP_TIMEOUT_SECONDS,
+                    "connections": self.scenario.connections,
                 }
             )
             offset += count
@@ -383,6 +384,12 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         "scenario": asdict(scenario),
         "modes": ran_modes,
         "mode_descriptions": {mode: modes.MODES[mode].description for mode in ran_modes},
+        "client": clients.describe(
+            scenario.connections,
+            sum(p.get("connections_opened", 0) for p in points),
+            sum(p["requests"] for p in points),
+        ),
+        "stub": scenario.stub_timing.to_json(),
         "points": points,
         "cache_checks": checks,
         "huge_clip": huge,

@@ -2,10 +2,14 @@
 engine (vLLM 0.32's CPU build serving the tiny Qwen2-Audio of engine/models.py).
 
 One vLLM server and one gateway process per gateway mode run for the whole bench; the modes are
-interleaved wave by wave (each wave a new clip), so every mode meets the same machine. Per
-request it reports the CPU (user + system) of vLLM's API-server process, of all vLLM's
+interleaved wave by wave (each wave a new clip, then the same clip again), so every mode meets
+the same machine. Per request it reports the CPU (each thread's time on the CPU, from
+/proc/<pid>/task/*/schedstat: bench/procstat.py) of vLLM's API-server process, of all vLLM's
 processes (API server, EngineCore, worker) and of the gateway's process, wall p50 and p95, and
-the bytes vLLM's API server received (its own `http_request_size_bytes` summary).
+the bytes vLLM's API server received (its own `http_request_size_bytes` summary). The client
+keeps its connections alive (`--connection-per-request`: one per request; bench/clients.py);
+the gateway's CPU per uuid-only request and per request carrying the clip come from the two
+waves of a clip (bench/system_split.py).
 
     vllm-direct                  the client sends data URIs straight to vLLM (NeMo Gym, Skills)
     gateway-data                 metadata.audio_path through the gateway, `repeats = "data"`
@@ -29,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -37,8 +42,17 @@ from typing import Any
 import aiohttp
 
 from bench import procstat
+from bench.clients import (
+    AIOHTTP_IDLE_S,
+    KEEP_ALIVE,
+    PER_REQUEST,
+    VLLM_IDLE_S,
+    ClientPools,
+    describe,
+)
 from bench.modes import ServerProcess, free_port, start
 from bench.system_clips import FORMS, Form, write_clip
+from bench.system_split import again_name
 from engine.server import EngineServer, EngineSpec, build_models, engine_venv
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -189,10 +203,17 @@ async def conversation(
 
 
 class Bench:
-    def __init__(self, processes: Processes, clips_dir: Path, session: aiohttp.ClientSession):
+    def __init__(
+        self,
+        processes: Processes,
+        clips_dir: Path,
+        pools: ClientPools,
+        metrics_session: aiohttp.ClientSession,
+    ) -> None:
         self.processes = processes
         self.clips_dir = clips_dir
-        self.session = session
+        self.pools = pools  # the requests' clients, one per mode
+        self.metrics_session = metrics_session  # vLLM's /metrics, not counted
         self.seed = 0
         self.cells: dict[tuple[str, str], Cell] = {}
 
@@ -210,32 +231,46 @@ class Bench:
         )
 
     async def run(self, workload: Workload, mode: str) -> None:
-        cell = self.cells.setdefault((workload.name, mode), Cell())
         clips = [self.new_clip(workload) for _ in range(self.clip_count(workload))]
-        before_bytes = await self.processes.received_bytes(self.session)
-        before = self.processes.reading(mode)
-        url = self.url(mode)
-        if workload.kind == "wave":
-            assert clips[0] is not None
-            body = chat_body(clips[0], mode, [])
-            await asyncio.gather(*(post(self.session, url, body, cell) for _ in range(SEEDS)))
-        elif workload.kind == "turns":
-            await asyncio.gather(*(conversation(self.session, url, c, mode, cell) for c in clips))
-        elif workload.kind == "first":
-            for clip in clips:
-                assert clip is not None
-                await post(self.session, url, chat_body(clip, mode, []), cell)
-        else:
-            body = chat_body(None, mode, [])
-            await asyncio.gather(*(post(self.session, url, body, cell) for _ in range(SEEDS)))
-        after = self.processes.reading(mode)
-        cell.upstream_bytes += await self.processes.received_bytes(self.session) - before_bytes
-        cell.api_s += after[0] - before[0]
-        cell.vllm_s += after[1] - before[1]
-        cell.gateway_s += after[2] - before[2]
+        cell = self.cells.setdefault((workload.name, mode), Cell())
+        await self.measured(cell, mode, self.send(workload, mode, clips, cell))
+        if workload.kind == "wave":  # the same clip again: uuid-only by reference
+            again = self.cells.setdefault((again_name(workload.name), mode), Cell())
+            await self.measured(again, mode, self.send(workload, mode, clips, again))
         for clip in clips:
             if clip is not None:
                 clip.unlink()
+
+    async def measured(self, cell: Cell, mode: str, sending: Awaitable[None]) -> None:
+        """Await `sending`, charging `cell` with the CPU and bytes it cost each side."""
+        before_bytes = await self.processes.received_bytes(self.metrics_session)
+        before = self.processes.reading(mode)
+        await sending
+        after = self.processes.reading(mode)
+        cell.upstream_bytes += await self.processes.received_bytes(self.metrics_session)
+        cell.upstream_bytes -= before_bytes
+        cell.api_s += after[0] - before[0]
+        cell.vllm_s += after[1] - before[1]
+        cell.gateway_s += after[2] - before[2]
+
+    async def send(
+        self, workload: Workload, mode: str, clips: list[Path | None], cell: Cell
+    ) -> None:
+        url = self.url(mode)
+        session = self.pools.session(mode, VLLM_IDLE_S if mode == "vllm-direct" else AIOHTTP_IDLE_S)
+        if workload.kind == "wave":
+            assert clips[0] is not None
+            body = chat_body(clips[0], mode, [])
+            await asyncio.gather(*(post(session, url, body, cell) for _ in range(SEEDS)))
+        elif workload.kind == "turns":
+            await asyncio.gather(*(conversation(session, url, c, mode, cell) for c in clips))
+        elif workload.kind == "first":
+            for clip in clips:
+                assert clip is not None
+                await post(session, url, chat_body(clip, mode, []), cell)
+        else:
+            body = chat_body(None, mode, [])
+            await asyncio.gather(*(post(session, url, body, cell) for _ in range(SEEDS)))
 
     @staticmethod
     def clip_count(workload: Workload) -> int:
@@ -278,6 +313,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "one with torchaudio resamples, so vllm-direct can take 44.1 kHz clips",
     )
     parser.add_argument("--quick", action="store_true", help="1 wave, 3 s clips, 16 kHz WAV")
+    parser.add_argument(
+        "--connection-per-request", dest="connections", action="store_const",
+        const=PER_REQUEST, default=KEEP_ALIVE,
+        help="the client opens a connection per request (default: a keep-alive pool)",
+    )  # fmt: skip
     parser.add_argument("--name", default="system")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--no-plot", action="store_true")
@@ -315,12 +355,16 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 gateways[mode] = start_gateway(workdir, mode, engine.url, clips_dir)
         resampling = can_resample(venv)
         plan = workloads(args.seconds, args.forms)
-        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            bench = Bench(Processes(engine, gateways), clips_dir, session)
-            skipped = await run_plan(bench, plan, args, resampling)
+        pools = ClientPools(args.connections, REQUEST_TIMEOUT_S)
+        idle = aiohttp.TCPConnector(keepalive_timeout=VLLM_IDLE_S)
+        async with aiohttp.ClientSession(connector=idle) as metrics_session:
+            bench = Bench(Processes(engine, gateways), clips_dir, pools, metrics_session)
+            try:
+                skipped = await run_plan(bench, plan, args, resampling)
+            finally:
+                await pools.close()
             engine_rss = engine.rss_bytes()
+        requests = sum(cell.requests for cell in bench.cells.values())
         return {
             "date": date.today().isoformat(),
             "engine": {"startup_s": startup_s, "rss_bytes": engine_rss, "can_resample": resampling},
@@ -329,6 +373,8 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "skipped": skipped,
             "workloads": [w.name for w in plan],
             "modes": args.modes,
+            "client": describe(args.connections, pools.opened, requests),
+            "uuid_only_waves": [again_name(w.name) for w in plan if w.kind == "wave"],
             "cells": {f"{w}|{m}": cell.row() for (w, m), cell in bench.cells.items()},
         }
     finally:
@@ -344,7 +390,8 @@ async def run_plan(
     skipped: list[str] = []
     for mode in args.modes:  # a warm-up wave per mode, not counted
         await bench.run(Workload("warm-up", "wave", FORMS["wav16"], 1.0), mode)
-    bench.cells = {key: cell for key, cell in bench.cells.items() if key[0] != "warm-up"}
+    bench.cells = {key: cell for key, cell in bench.cells.items() if "warm-up" not in key[0]}
+    bench.pools.restart_count()
     for round_ in range(args.waves):
         for workload in plan:
             modes = args.modes[round_ % len(args.modes) :] + args.modes[: round_ % len(args.modes)]
@@ -372,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
         results = asyncio.run(measure(args, Path(tmp)))
+    results["argv"] = sys.argv[1:] if argv is None else argv
     write_results(results, args.results_dir, args.name, plot_png=not args.no_plot)
     failed = sum(cell["errors"] for cell in results["cells"].values())
     return 1 if failed else 0

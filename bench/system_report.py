@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.system_split import split_goals, split_section
+
 DIRECT, REFERENCE, NORMALIZED = "vllm-direct", "gateway-reference", "gateway-reference-normalize"
 GATEWAY_SHARE_GOAL = 0.10
 REFERENCE_ABOVE_TEXT_GOAL = 0.25
@@ -117,7 +119,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 fewer >= NORMALIZED_BYTES_GOAL,
             )
         )
-    return found
+    return found + split_goals(results)
 
 
 def _goal(what: str, target: str, measured: float, met: bool) -> dict[str, Any]:
@@ -133,8 +135,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"engine/models.py; healthy after {engine['startup_s']:.0f} s, "
         f"{engine['rss_bytes'] / 2**30:.2f} GiB RSS; "
         f"{results['waves']} interleaved waves per workload and mode, {results['seeds']} seeds a "
-        "wave, `max_tokens` 4. CPU is user + system per request. Command: "
-        "`python -m bench.system`.",
+        "wave, `max_tokens` 4. CPU per request is each thread's time on the CPU "
+        "(/proc/<pid>/task/*/schedstat). " + _client_line(results) + "Command: "
+        f"`{' '.join(['python -m bench.system', *results.get('argv', [])])}`.",
         "",
         "## What the pair costs against vLLM alone (16-seed waves, CPU ms per request)",
         "",
@@ -159,6 +162,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"| {g['goal']} | {g['target']} | {g['measured']} | {'yes' if g['met'] else '**no**'} |"
         for g in goals(results)
     ]
+    lines += split_section(results)
     lines += [
         "",
         "## Every cell",
@@ -167,7 +171,7 @@ def markdown(results: dict[str, Any]) -> str:
         "gateway ms | p50 ms | p95 ms | KB to vLLM | requests | errors |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for workload in results["workloads"]:
+    for workload in results["workloads"] + results.get("uuid_only_waves", []):
         for mode in results["modes"]:
             if found := cell(results, workload, mode):
                 figures = " | ".join(f"{found[c]:.1f}" for c in COLUMNS)
@@ -177,6 +181,16 @@ def markdown(results: dict[str, Any]) -> str:
     if results["skipped"]:
         lines += ["", "Left out: " + "; ".join(results["skipped"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _client_line(results: dict[str, Any]) -> str:
+    client = results.get("client")
+    if not client:
+        return ""
+    return (
+        f"Client: {client['description']}: {client['connections_opened']} connections for "
+        f"{client['requests']} requests. "
+    )
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

@@ -16,6 +16,7 @@ import wave
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bench.stub_timing import VLLM_LIKE, StubTiming
 from gateway.audio.samples import SAMPLE_RATE_HZ
 
 WAV_HEADER_BYTES = 44
@@ -53,6 +54,8 @@ class Scenario:
     sha_check_every: int = 8  # the stub's decoded sha256 is compared on every Nth response
     loadgen_processes: int = 1
     rounds: int = 2  # each point is split into rounds that interleave the modes
+    connections: str = "keep-alive"  # or "per-request": bench/clients.py
+    stub_timing: StubTiming = VLLM_LIKE  # bench/stub_timing.py; --unpaced-stub: PLAIN
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def with_modes(self, modes: tuple[str, ...]) -> Scenario:

@@ -12,11 +12,17 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse, StreamReader, web
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import settings
 
 from gateway.app import create_app
 from gateway.audio.samples import write_tone
 from gateway.config import Config
 from gateway.stub_upstream import StubState, create_stub_app, stub_state_key
+
+# Property tests check behaviour, not speed: on a loaded 2-core CI machine hypothesis's default
+# 200 ms deadline fails correct code. Tests that set their own deadline keep it.
+settings.register_profile("audio-gateway", deadline=None)
+settings.load_profile("audio-gateway")
 
 GatewayFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.system_report import goals, markdown, pair_rows, write_results
+from bench.system_split import split_rows
 
 
 def row(api: float, gateway: float = 0.0, kb: float = 100.0) -> dict[str, Any]:
@@ -72,3 +73,33 @@ def test_the_report_leads_with_the_pair(tmp_path: Path) -> None:
     assert text.index("against vLLM alone") < text.index("## Goals") < text.index("## Every cell")
     stem = write_results(results(), tmp_path, "system", plot_png=True)
     assert stem.with_suffix(".json").is_file() and stem.with_suffix(".png").stat().st_size > 0
+
+
+def with_second_waves() -> dict[str, Any]:
+    """`30s wav16` again: the gateway spends 0.5 ms a uuid-only request, 1.0 on the first wave."""
+    data = results()
+    data["uuid_only_waves"] = ["30s wav16 again"]
+    data["cells"]["30s wav16 again|vllm-direct"] = row(15.0)
+    data["cells"]["30s wav16 again|gateway-reference"] = row(4.0, gateway=0.5, kb=0.6)
+    data["client"] = {"connections": "per-request", "description": "one per request",
+                      "connections_opened": 96, "requests": 96}  # fmt: skip
+    return data
+
+
+def test_uuid_only_requests_and_the_clip_request_are_split() -> None:
+    (split,) = split_rows(with_second_waves())
+    assert split["mode"] == "gateway-reference"
+    assert split["uuid_only_ms"] == 0.5 and split["first_wave_ms"] == 1.0
+    assert split["clip_request_ms"] == 16 * 1.0 - 15 * 0.5  # the first wave less 15 uuid-only
+    assert split["uuid_only_share"] == 0.5 / 4.0 and split["first_wave_share"] == 1.0 / 8.0
+    judged = {g["goal"]: g["met"] for g in goals(with_second_waves())}
+    assert judged["30s wav16: gateway CPU per uuid-only request"] is True  # 0.5 <= 0.6
+    assert split_rows(results()) == []  # a result without second waves has no split
+
+
+def test_the_report_says_how_the_client_held_connections() -> None:
+    text = markdown(with_second_waves())
+    assert "Client: one per request: 96 connections for 96 requests." in text
+    assert "uuid-only, and the request carrying the clip" in text
+    assert "| 30s wav16 | gateway-reference | 1.000 | 0.500 | 8.50 |" in text
+    assert "| 30s wav16 again | gateway-reference |" in text  # every cell, second waves too

@@ -283,10 +283,10 @@ async def test_the_chat_request_the_upstream_receives(
     assert forwarded_json(stub) == {
         "model": MODEL,
         "messages": [
-            {"role": "system", "content": "Answer in one line."},
-            {"role": "developer", "content": "Be exact."},
+            # instructions and the leading developer message folded into one
+            {"role": "system", "content": "Answer in one line.\n\nBe exact."},
             {"role": "user", "content": "earlier"},
-            {"role": "assistant", "content": [{"type": "text", "text": "noted"}]},
+            {"role": "assistant", "content": "noted"},
             {"role": "user", "content": [audio, {"type": "text", "text": "What is it?"}]},
         ],
         "metadata": {"trace": "t1"},
@@ -324,25 +324,67 @@ async def test_chat_part_and_part_uuid_apply_to_bridged_rows(
     ]
 
 
+FUNCTION = {"type": "function", "name": "f", "parameters": {}}
 UNSUPPORTED_CASES: dict[str, tuple[dict[str, Any], str]] = {
-    "tools": ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
-    "tool_choice": ({"tool_choice": "required"}, "tool_choice"),
+    "hosted-tool": ({"tools": [FUNCTION, {"type": "web_search"}]}, "tools[1].type"),
+    "custom-tool": ({"tools": [{"type": "custom", "name": "g"}]}, "tools[0].type"),
+    "tool-field": ({"tools": [{**FUNCTION, "output_schema": {}}]}, "tools[0].output_schema"),
+    "allowed-tools": (
+        {"tools": [FUNCTION], "tool_choice": {"type": "allowed_tools", "mode": "auto"}},
+        "tool_choice.type",
+    ),
+    "max_tool_calls": ({"max_tool_calls": 2}, "max_tool_calls"),
     "previous_response_id": ({"previous_response_id": "resp_1"}, "previous_response_id"),
-    "reasoning": ({"reasoning": {"effort": "low"}}, "reasoning"),
+    "reasoning-summary": ({"reasoning": {"effort": "low", "summary": "auto"}}, "reasoning.summary"),
     "conversation": ({"conversation": "conv_1"}, "conversation"),
     "background": ({"background": True}, "background"),
-    "include": ({"include": ["message.output_text.logprobs"]}, "include"),
+    "include": ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
     "prompt": ({"prompt": {"id": "pmpt_1"}}, "prompt"),
     "unknown-field": ({"n": 2}, "n"),
-    "function-call-item": (
-        {"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]},
-        "input[0].type",
+    "item-reference": ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+    "call-namespace": (
+        {
+            "input": [
+                {
+                    "type": "function_call",
+                    "call_id": "c",
+                    "name": "f",
+                    "arguments": "{}",
+                    "namespace": "ns",
+                }
+            ]
+        },
+        "input[0].namespace",
     ),
-    "image-part": (
-        {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-        "input[0].content[0].type",
+    "message-phase": (
+        {"input": [{"role": "assistant", "content": "a", "phase": "commentary"}]},
+        "input[0].phase",
     ),
-    "tool-role": ({"input": [{"role": "tool", "content": "4"}]}, "input[0].role"),
+    "encrypted-reasoning": (
+        {"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]},
+        "input[0].encrypted_content",
+    ),
+    "image-file-id": (
+        {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}]},
+        "input[0].content[0].file_id",
+    ),
+    "output-image": (
+        {
+            "input": [
+                {
+                    "type": "function_call_output",
+                    "call_id": "c",
+                    "output": [{"type": "input_image", "image_url": "x"}],
+                }
+            ]
+        },
+        "input[0].output[0].type",
+    ),
+    "nested-unknown": (
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": "a", "foo": 1}]}]},
+        "input[0].content[0].foo",
+    ),
+    "verbosity": ({"text": {"verbosity": "low"}}, "text.verbosity"),
     "text-format": ({"text": {"format": {"type": "grammar"}}}, "text.format"),
 }
 

@@ -89,8 +89,30 @@ requests = st.builds(
 )
 
 
-def part_texts(content: Any) -> list[str]:
-    return [content] if isinstance(content, str) else [part["text"] for part in content]
+def joined_text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "".join(part["text"] for part in content)
+
+
+def expected_messages(body: dict[str, Any]) -> list[list[str]]:
+    """(role, text) of each chat message: `instructions` first with the leading system and
+    developer messages folded in, consecutive assistant items merged into one turn."""
+    instructions = body.get("instructions")
+    folding = bool(instructions)
+    out = [["system", instructions]] if folding else []
+    items = body.get("input")
+    for item in [{"role": "user", "content": items}] if isinstance(items, str) else items or []:
+        role, text = item["role"], joined_text(item["content"])
+        if folding and role in ("system", "developer"):
+            out[0][1] += "\n\n" + text
+            continue
+        folding = False
+        if role == "assistant" and out and out[-1][0] == "assistant":
+            out[-1][1] += text
+        else:
+            out.append([role, text])
+    return out
 
 
 @given(requests)
@@ -98,20 +120,13 @@ def test_every_message_and_carried_field_arrives_in_order(body: dict[str, Any]) 
     original = copy.deepcopy(body)
     chat = responses_to_chat(body).chat
     assert body == original  # the caller's body is not modified
-    items = body.get("input")
-    expected: list[tuple[str, list[str]]] = []
-    if "instructions" in body:
-        expected.append(("system", [body["instructions"]]))
-    if isinstance(items, str):
-        expected.append(("user", [items]))
-    for item in items if isinstance(items, list) else []:
-        expected.append((item["role"], part_texts(item["content"])))
-    got = [(m["role"], part_texts(m["content"])) for m in chat["messages"]]
-    assert got == expected
-    for part in [
-        p for m in chat["messages"] if isinstance(m["content"], list) for p in m["content"]
-    ]:
-        assert part["type"] == "text"
+    got = [[m["role"], joined_text(m["content"])] for m in chat["messages"]]
+    assert got == expected_messages(body)
+    for message in chat["messages"]:
+        if message["role"] == "assistant":  # one string, as NeMo Gym sends it
+            assert message["content"] is None or isinstance(message["content"], str)
+        elif isinstance(message["content"], list):
+            assert {part["type"] for part in message["content"]} <= {"text"}
     for key in CARRIED_FIELDS & set(body):
         assert chat[key] == body[key]
     assert set(chat) - {"messages"} <= CARRIED_FIELDS

@@ -175,6 +175,24 @@ async def test_bridge_refuses_a_structured_format_naming_text_format(
     assert error["code"] == "chunking_unsupported" and stub.request_count == 0
 
 
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
+        ({"include": ["message.output_text.logprobs"]}, "include"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+    ],
+)
+async def test_bridge_refuses_tools_and_logprobs_on_a_split_clip(
+    chunking: Any, stub: Any, long_pcm: numpy.ndarray, fields: dict[str, Any], param: str
+) -> None:
+    """The pieces' tool calls and log probabilities cannot be merged: refused, named as the
+    client wrote them."""
+    body = {"model": "m", "input": "Transcribe.", "metadata": {"audio_path": "long.wav"}, **fields}
+    error = await gateway_error(await chunking.post("/v1/responses", json=body), 400, param)
+    assert error["code"] == "chunking_unsupported" and stub.request_count == 0
+
+
 # --- failures -------------------------------------------------------------------------------
 
 

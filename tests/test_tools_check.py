@@ -97,7 +97,7 @@ BAD_ROWS: list[tuple[str, Any, str | None, str | None]] = [
     ("too_many_clips", paths("a.wav", "b.wav", "c.wav"), PS, None),
     ("unsupported_audio_format", paths("a.wav", "x.aac"), PS, "x.aac"),
     ("unsupported_by_audio_bridge", {**responses({"audio_path": "a.wav"}), "tools": [{}]},
-     "tools", None),
+     "tools[0].type", None),
     ("not_a_regular_file", path("folder.wav"), P, "folder.wav"),
     ("not_audio", path("notaudio.wav"), P, "notaudio.wav"),
     ("audio_path_forbidden", path("../outside.wav"), P, "../outside.wav"),

@@ -4,7 +4,10 @@ vLLM 0.33's Responses API refuses every audio part, so a `/v1/responses` row car
 audio sidechannel, or audio parts in its input, is sent to the upstream's
 `/v1/chat/completions` instead:
 
-    request.py  Responses body -> chat body (+ the fields the answer echoes), or a 400
+    request.py  Responses body -> chat body (+ the fields the answer echoes), or a 400;
+                its pieces: items.py (input items -> messages), parts.py (content parts),
+                tools.py (tools, tool_choice), params.py (reasoning, text, logprobs,
+                truncation), fields.py (the refusals and the key check)
     answer.py   chat completion -> Responses object
     events.py   chat SSE chunks -> Responses stream events
 

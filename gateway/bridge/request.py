@@ -1,28 +1,28 @@
 """A Responses request as a chat-completions request. Pure: dicts in, dicts out.
 
 Every top-level field of a Responses body (the openai SDK's `ResponseCreateParams` plus vLLM
-0.33's `ResponsesRequest` extras) is in exactly one of three tables: mapped onto the chat body,
-ignored because it cannot change the answer, or refused (400 `unsupported_by_audio_bridge`
-naming it). A key in none of them is refused too: nothing is dropped silently. A null value
-counts as absent, as it does for vLLM.
+0.33's `ResponsesRequest` extras) is in exactly one of these tables: carried onto the chat body
+as it is, translated by a rule of its own (`items`, `tools`, `params`), ignored because it
+cannot change the answer, or refused (400 `unsupported_by_audio_bridge` naming it). A key in
+none of them is refused too, and so is any key the bridge does not translate inside an item, a
+part or a tool: nothing is dropped silently. A null value counts as absent, as it does for vLLM.
 
-Audio in the input goes across as chat parts, in place: an `input_audio` part as chat's own,
-an `input_file` naming an audio file by `file_url` (a path, see `naming.urls`) as an
-`audio_url` part the pipeline resolves, one holding an audio data URI in `file_data` as an
-`audio_url` data URI. Any other `input_file` is refused (400 naming `input[i].content[j]`).
+Audio in the input goes across as chat parts, in place (see `parts`).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..naming.formats import MIME_BY_EXTENSION
-from ..naming.urls import MalformedFileURL, named_path
+from .fields import UNSUPPORTED, unsupported
+from .items import chat_messages
+from .params import generation_settings
+from .parts import Params, is_audio_part
+from .tools import chat_tools
 
-UNSUPPORTED = "unsupported_by_audio_bridge"
+__all__ = ["UNSUPPORTED", "BridgedRequest", "carries_audio_parts", "responses_to_chat"]
 
 # Same name and meaning in vLLM 0.33's ChatCompletionRequest: copied as they are.
 CARRIED_FIELDS = frozenset(
@@ -65,7 +65,20 @@ CARRIED_FIELDS = frozenset(
 )
 # Translated by a rule of their own (see `responses_to_chat`).
 TRANSLATED_FIELDS = frozenset(
-    {"input", "instructions", "max_output_tokens", "stream", "text", "truncation"}
+    {
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "stream",
+        "text",
+        "truncation",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "reasoning",
+        "top_logprobs",
+        "include",
+    }
 )
 # Accepted whatever their value: they cannot change what the model answers through the bridge.
 IGNORED_FIELDS = frozenset(
@@ -77,16 +90,10 @@ IGNORED_FIELDS = frozenset(
         "prompt_cache_options",
         "prompt_cache_retention",
         "stream_options",  # only include_obfuscation, and the bridge adds no obfuscation
-        "parallel_tool_calls",  # tools are refused, so these cannot apply
-        "max_tool_calls",
-        "top_logprobs",  # vLLM uses it only with include=[...logprobs], which is refused
     }
 )
 # Accepted only at their "off" value (null always counts as absent); anything else is refused.
 OFF_VALUES: dict[str, tuple[Any, ...]] = {
-    "tools": ([],),
-    "tool_choice": ("auto", "none"),
-    "include": ([],),
     "background": (False,),
     "enable_response_messages": (False,),
 }
@@ -96,7 +103,7 @@ REFUSED_FIELDS = frozenset(
         "previous_response_id",
         "conversation",
         "prompt",
-        "reasoning",
+        "max_tool_calls",  # vLLM's chat route has no such cap
         "context_management",
         "moderation",
         "access_programs",
@@ -105,9 +112,6 @@ REFUSED_FIELDS = frozenset(
         "previous_input_messages",
     }
 )
-ROLES = frozenset({"user", "system", "developer", "assistant"})
-TEXT_PART_TYPES = frozenset({"input_text", "output_text"})
-AUDIO_DATA_URI_PREFIX = "data:audio/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +125,6 @@ class BridgedRequest:
     part_params: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
-def unsupported(param: str, reason: str) -> InvalidRequest:
-    return InvalidRequest(
-        f"{param}: {reason}; the audio bridge (responses.audio = 'chat_bridge') sends this "
-        f"request to /v1/chat/completions, which cannot honour it",
-        param=param,
-        code=UNSUPPORTED,
-    )
-
-
 def responses_to_chat(body: dict[str, Any]) -> BridgedRequest:
     """The chat-completions request equivalent to a Responses request, or a 400 naming the
     first field the bridge cannot carry. `body` is not modified."""
@@ -137,8 +132,8 @@ def responses_to_chat(body: dict[str, Any]) -> BridgedRequest:
     for key, value in present.items():
         _check_field(key, value)
     chat: dict[str, Any] = {k: v for k, v in present.items() if k in CARRIED_FIELDS}
-    part_params: dict[tuple[int, int], str] = {}
-    chat["messages"] = _messages(present.get("instructions"), body.get("input"), part_params)
+    part_params: Params = {}
+    chat["messages"] = chat_messages(present.get("instructions"), body.get("input"), part_params)
     if "max_output_tokens" in present:
         chat["max_tokens"] = present["max_output_tokens"]
     stream = present.get("stream", False)
@@ -147,15 +142,8 @@ def responses_to_chat(body: dict[str, Any]) -> BridgedRequest:
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}  # usage for response.completed
-    response_format = _response_format(present.get("text"))
-    if response_format is not None:
-        chat["response_format"] = response_format
-    truncation = present.get("truncation", "disabled")
-    if truncation not in ("auto", "disabled"):
-        raise unsupported("truncation", "only 'auto' or 'disabled' is supported")
-    if truncation == "auto":
-        chat["truncate_prompt_tokens"] = -1  # what vLLM's Responses route does for "auto"
-    return BridgedRequest(chat, _echo(present), stream, part_params)
+    chat |= chat_tools(present) | generation_settings(present)
+    return BridgedRequest(chat, echo_fields(present), stream, part_params)
 
 
 def _check_field(key: str, value: Any) -> None:
@@ -164,10 +152,10 @@ def _check_field(key: str, value: Any) -> None:
     if key in OFF_VALUES:
         if value not in OFF_VALUES[key]:
             allowed = " or ".join(repr(v) for v in OFF_VALUES[key])
-            raise unsupported(key, f"only {allowed} (or null) is supported")
+            raise unsupported(key, f"only {allowed} (or null) is translated")
         return
     if key in REFUSED_FIELDS:
-        raise unsupported(key, "not supported")
+        raise unsupported(key, "not translated")
     raise unsupported(key, "not a Responses field the bridge knows")
 
 
@@ -179,146 +167,9 @@ def carries_audio_parts(body: dict[str, Any]) -> bool:
         return False
     for item in items:
         content = item.get("content") if type(item) is dict else None
-        if type(content) is list and any(_is_audio_part(part) for part in content):
+        if type(content) is list and any(is_audio_part(part) for part in content):
             return True
     return False
-
-
-def _is_audio_part(part: Any) -> bool:
-    if type(part) is not dict:
-        return False
-    kind = part.get("type")
-    if kind == "input_audio":
-        return True
-    return kind == "input_file" and _audio_file_url(part) is not None
-
-
-def _audio_file_url(part: dict[str, Any]) -> str | None:
-    """The URL an audio `input_file` becomes in chat (its path or its data URI), or None."""
-    data = part.get("file_data")
-    if type(data) is str and data[: len(AUDIO_DATA_URI_PREFIX)].lower() == AUDIO_DATA_URI_PREFIX:
-        return data
-    url = part.get("file_url")
-    if type(url) is not str:
-        return None
-    try:
-        path = named_path(url)
-    except MalformedFileURL:
-        path = url  # still a file URL: the pipeline refuses it by name
-    if path is None or os.path.splitext(path)[1].lower() not in MIME_BY_EXTENSION:
-        return None
-    return url
-
-
-Params = dict[tuple[int, int], str]
-
-
-def _messages(instructions: Any, items: Any, part_params: Params) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise unsupported("instructions", "only a string is supported")
-        messages.append({"role": "system", "content": instructions})
-    if items is None:
-        return messages
-    if isinstance(items, str):
-        return [*messages, {"role": "user", "content": items}]
-    if not isinstance(items, list):
-        raise InvalidRequest(
-            "input must be a string or a list of items", param="input", code="invalid_input"
-        )
-    for index, item in enumerate(items):
-        messages.append(_message(item, f"input[{index}]", len(messages), part_params))
-    return messages
-
-
-def _message(item: Any, path: str, number: int, part_params: Params) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise InvalidRequest(f"{path} must be an object", param=path, code="invalid_input")
-    kind = item.get("type", "message")
-    if kind != "message":
-        raise unsupported(f"{path}.type", f"input items of type {kind!r} are not supported")
-    role = item.get("role")
-    if role not in ROLES:
-        raise unsupported(f"{path}.role", f"role {role!r} is not supported")
-    content = _content(item.get("content"), f"{path}.content", number, part_params)
-    return {"role": role, "content": content}
-
-
-def _content(
-    content: Any, path: str, number: int, part_params: Params
-) -> str | list[dict[str, Any]]:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequest(
-            f"{path} must be a string or a list of parts", param=path, code="invalid_content"
-        )
-    parts = []
-    for index, part in enumerate(content):
-        part_path = f"{path}[{index}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "input_file":
-            parts.append(_file_part(part, part_path))
-            if type(part.get("file_data")) is not str:  # a path: the pipeline names it so
-                part_params[(number, index)] = f"{part_path}.file_url"
-        elif kind == "input_audio":
-            parts.append(_audio_part(part, part_path))
-        else:
-            parts.append(_text_part(part, part_path, kind))
-    return parts
-
-
-def _file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
-    """An audio `input_file` as a chat `audio_url` part; any other file is refused."""
-    url = _audio_file_url(part)
-    if url is None:
-        raise unsupported(
-            path,
-            "only an input_file naming an audio file (file_url: a path, file:// or s3:// "
-            "URL) or holding an audio data URI (file_data: data:audio/...) is supported",
-        )
-    return {"type": "audio_url", "audio_url": {"url": url}}
-
-
-def _audio_part(part: dict[str, Any], path: str) -> dict[str, Any]:
-    """An `input_audio` part is chat's own: its base64 and format go across as they are."""
-    audio = part.get("input_audio")
-    if type(audio) is not dict or not {"data", "format"} <= set(audio):
-        raise InvalidRequest(
-            f"{path}.input_audio must be an object with data and format",
-            param=f"{path}.input_audio",
-            code="invalid_content",
-        )
-    return {"type": "input_audio", "input_audio": audio}
-
-
-def _text_part(part: Any, path: str, kind: Any) -> dict[str, Any]:
-    if kind not in TEXT_PART_TYPES:
-        raise unsupported(f"{path}.type", f"content parts of type {kind!r} are not supported")
-    text = part.get("text")
-    if not isinstance(text, str):
-        raise InvalidRequest(f"{path}.text must be a string", param=path, code="invalid_content")
-    return {"type": "text", "text": text}
-
-
-def _response_format(text: Any) -> dict[str, Any] | None:
-    """`text.format` as chat's `response_format`; `text.verbosity` is ignored (so is it by
-    vLLM's own Responses route)."""
-    if text is None:
-        return None
-    if not isinstance(text, dict) or not set(text) <= {"format", "verbosity"}:
-        raise unsupported("text", "only text.format and text.verbosity are supported")
-    fmt = text.get("format")
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if fmt is None or kind == "text":
-        return None
-    if kind == "json_object":
-        return {"type": "json_object"}
-    if kind == "json_schema":
-        schema = {k: fmt[k] for k in ("name", "schema", "description", "strict") if k in fmt}
-        return {"type": "json_schema", "json_schema": schema}
-    raise unsupported("text.format", f"format type {kind!r} is not supported")
 
 
 # Request fields a Responses object repeats, with the API's defaults when absent.
@@ -326,9 +177,11 @@ ECHO_DEFAULTS: dict[str, Any] = {
     "instructions": None,
     "max_output_tokens": None,
     "parallel_tool_calls": True,
+    "reasoning": None,
     "temperature": None,
     "tool_choice": "auto",
     "tools": [],
+    "top_logprobs": None,
     "top_p": None,
     "truncation": "disabled",
     "user": None,
@@ -336,5 +189,6 @@ ECHO_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _echo(present: dict[str, Any]) -> dict[str, Any]:
+def echo_fields(present: dict[str, Any]) -> dict[str, Any]:
+    """What the answer repeats of the request (the one place the answer side reads it)."""
     return {key: present.get(key, default) for key, default in ECHO_DEFAULTS.items()}

@@ -16,8 +16,9 @@ from ..errors import InvalidRequest
 CHUNKING_UNSUPPORTED = "chunking_unsupported"
 
 # The Responses bridge's chat body says `response_format` for what its client sent as
-# `text.format`: the refusal names the field the client wrote.
-BRIDGE_PARAMS = {"response_format": "text.format"}
+# `text.format`, `logprobs` for `include` (or `top_logprobs`, which it carries as it is): the
+# refusal names the field the client wrote.
+BRIDGE_PARAMS = {"response_format": "text.format", "logprobs": "include"}
 
 
 def _on(value: Any) -> bool:
@@ -52,6 +53,8 @@ def refuse_unmergeable(body: Mapping[str, Any], route: str) -> None:
     split) whose answer cannot be merged; `route` "responses" names bridged fields as sent."""
     for field, (refused, why) in RULES.items():
         if refused(body.get(field)):
+            if route == "responses" and field == "logprobs" and "top_logprobs" in body:
+                field = "top_logprobs"  # the bridge's `logprobs: true` came with it
             _refuse(field, why, route)
     options = body.get("stream_options")
     if isinstance(options, dict) and _on(options.get("continuous_usage_stats")):

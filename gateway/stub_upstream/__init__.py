@@ -18,7 +18,8 @@ vLLM's realtime WebSocket (`/v1/realtime`, `realtime.py`), and reads the speech-
 multipart forms as vLLM's FastAPI handler does (`speech.py`). It holds clips by uuid as vLLM's
 multimodal processor cache does (`mm_cache.py`, `cache_control.py`: uuid-only parts, the
 cache-miss 400, /pause /sleep /reset_mm_cache, engine drift) and can record the chat bodies it
-receives (`body_log.py`). Run alone with `python -m gateway.stub_upstream --port 8000`;
+receives (`body_log.py`). It can pace its answers and write head and body apart as vLLM
+does (`pacing.py`). Run alone with `python -m gateway.stub_upstream --port 8000`;
 `/metrics` is `vllm_metrics.py`.
 May import: nothing of the gateway (it stands in for vLLM); only `demo` and tests import it.
 """

@@ -18,6 +18,7 @@ from .cache_control import add_cache_control_routes, add_mm_cache_arguments, adm
 from .media import AUDIO_FETCH_TIMEOUT_SECONDS, ClipReport, StubRejection
 from .mm_cache import DEFAULT_CACHE_GB, GIB, AudioItem, MmProcessorCache
 from .mm_kwargs import check_request_mm_kwargs
+from .pacing import add_answer_shaping_arguments, install_answer_shaping
 from .parts import chat_message_clips, responses_item_clips
 from .realtime import echo_session, realtime
 from .speech import add_speech_routes
@@ -47,6 +48,9 @@ def create_stub_app(
     mm_preprocess_delay_seconds: float = 0.0,
     record_bodies: str | None = None,
     trust_request_mm_kwargs: bool = False,
+    pace_answers: int = 0,
+    pace_ms: float = 0,
+    split_head_body: bool = False,
 ) -> web.Application:
     """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
     and `audio_url` parts; vLLM 0.33's refuses them (the default). `allowed_media_domains` is
@@ -57,7 +61,10 @@ def create_stub_app(
     size (None: the same), and the delay a data-carrying request waits before its clips are
     held. `record_bodies`: a JSONL file of every chat body received (`body_log.py`).
     `trust_request_mm_kwargs` is vLLM's --trust-request-mm-kwargs: without it a request's
-    non-empty `mm_processor_kwargs` / `media_io_kwargs` is vLLM's 400 (`mm_kwargs.py`)."""
+    non-empty `mm_processor_kwargs` / `media_io_kwargs` is vLLM's 400 (`mm_kwargs.py`).
+    `pace_answers`/`pace_ms` release model answers at most N at a time, MS apart, and
+    `split_head_body` writes an answer's head and body separately, as vLLM and uvicorn do
+    (`pacing.py`)."""
     middlewares = [_count, windowed] if window is not None else [_count]
     app = web.Application(client_max_size=2 * 1024**3, middlewares=middlewares)
     if window is not None:
@@ -83,6 +90,7 @@ def create_stub_app(
         body_log=body_log,
     )
     app[http_requests_key] = Counter()
+    install_answer_shaping(app, pace_answers, pace_ms, split_head_body)
     if body_log is not None:
         app.cleanup_ctx.append(body_log.lifetime)
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -457,6 +465,9 @@ def main(argv: list[str] | None = None) -> None:
         mm_preprocess_delay_seconds=args.mm_preprocess_delay_ms / 1000,
         record_bodies=args.record_bodies,
         trust_request_mm_kwargs=args.trust_request_mm_kwargs,
+        pace_answers=args.pace_answers,
+        pace_ms=args.pace_ms,
+        split_head_body=args.split_head_body,
     )
     # run_app calls `print` once every site listens: the start-up line says where.
     listening = (
@@ -504,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="vLLM's flag: take per-request mm_processor_kwargs / media_io_kwargs (else 400)",
     )
+    add_answer_shaping_arguments(parser)
     return parser
 
 
