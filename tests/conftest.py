@@ -14,6 +14,7 @@ import pytest
 from aiohttp import ClientResponse, StreamReader, web
 from aiohttp.test_utils import TestClient, TestServer
 from blockbuster import BlockBuster, blockbuster_ctx
+from hypothesis import settings
 
 from gateway.app import create_app
 from gateway.audio.samples import write_tone
@@ -29,6 +30,11 @@ def no_blocking_calls() -> Iterator[BlockBuster]:
         detector.functions["os.stat"].can_block_in("gateway/audio/recent.py", "_recheck")
         yield detector
 
+
+# Property tests check behaviour, not speed: on a loaded 2-core CI machine hypothesis's default
+# 200 ms deadline fails correct code. Tests that set their own deadline keep it.
+settings.register_profile("audio-gateway", deadline=None)
+settings.load_profile("audio-gateway")
 
 GatewayFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 

@@ -134,17 +134,16 @@ async def encode_clip(
         chunk = await reader.read()
         mime = _checked_mime(clip, chunk)
         header = _header(clip, chunk)
-        if raw:
-            return EncodedAudio(mime, await _raw_pieces(reader, chunk), None, header)
-        if not (encode or digest):
+        if not (encode or digest or raw):
             return EncodedAudio(mime, (), None, header)
         hasher = hashlib.sha256() if digest else None
+        piece: Callable[[memoryview], bytes] = bytes if raw else pybase64.b64encode
         pieces: list[bytes] = []
         while chunk:
             if hasher is not None:
                 hasher.update(chunk)
-            if encode:
-                pieces.append(pybase64.b64encode(chunk))
+            if encode or raw:
+                pieces.append(piece(chunk))  # copied or encoded: the reader's buffer is reused
             chunk = await reader.read()
         return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None, header)
     finally:
@@ -158,10 +157,10 @@ def _encoded_at_once(
     head = memoryview(data)
     mime = _checked_mime(clip, head)
     header = _header(clip, head)
-    if raw:
-        return EncodedAudio(mime, (data,) if data else (), None, header)
     sha256 = hashlib.sha256(data).hexdigest() if digest else None
-    pieces = (pybase64.b64encode(data),) if encode and data else ()
+    pieces: tuple[bytes, ...] = ()
+    if data and (raw or encode):
+        pieces = (data,) if raw else (pybase64.b64encode(data),)
     return EncodedAudio(mime, pieces, sha256, header)
 
 
@@ -180,14 +179,6 @@ def read_whole_clip(clip: ResolvedClip, nbytes: int) -> bytes:
     if left:
         raise _changed(clip)
     return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-async def _raw_pieces(reader: ChunkReader, chunk: memoryview) -> tuple[bytes, ...]:
-    pieces: list[bytes] = []
-    while chunk:
-        pieces.append(bytes(chunk))  # a copy: the reader's buffer is reused
-        chunk = await reader.read()
-    return tuple(pieces)
 
 
 async def open_streamed_clip(
