@@ -22,7 +22,7 @@ from ..errors import AudioFileChanged, GatewayError
 from ..naming.formats import SNIFF_BYTES, checked_mime
 from .durations import HEADER_BYTES, AudioHeader, read_header
 from .os_errors import clip_os_error
-from .policy import ResolvedClip
+from .policy import ResolvedClip, file_version
 
 READ_CHUNK_BYTES = 3 * 1024 * 1024  # multiple of 3: base64 pieces concatenate without padding
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC  # never block on a FIFO
@@ -241,17 +241,7 @@ def _checked_opener(clip: ResolvedClip) -> Callable[[str, int], int]:
 
 def _same_file(clip: ResolvedClip, info: os.stat_result) -> bool:
     """Whether `info` is the regular file the checks saw: same identity, same version."""
-    return (
-        stat.S_ISREG(info.st_mode)
-        and (
-            info.st_dev,
-            info.st_ino,
-            info.st_size,
-            info.st_mtime_ns,
-            info.st_ctime_ns,
-        )
-        == clip.version
-    )
+    return stat.S_ISREG(info.st_mode) and file_version(info) == clip.version
 
 
 def _open_error(clip: ResolvedClip, exc: OSError) -> GatewayError:

@@ -51,6 +51,11 @@ class ResolvedClip:
         return (self.real_path, *self.version)
 
 
+def file_version(info: os.stat_result) -> tuple[int, int, int, int, int]:
+    """`ResolvedClip.version` of what a stat says."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 def check_clip_size(ref: PathAudio, size: int, max_file_bytes: int) -> None:
     """413 `audio_too_large` for a file or object over `audio.max_file_bytes`, before any read."""
     if size > max_file_bytes:

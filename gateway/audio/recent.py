@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..naming.sidechannel import PathAudio
-from .policy import PathPolicy, ResolvedClip
+from .policy import PathPolicy, ResolvedClip, file_version
 
 RECHECK_WINDOW_SECONDS = 1.0
 MAX_RECENT_PATHS = 4096
@@ -46,7 +46,7 @@ LOCAL_FILE_SYSTEMS = frozenset(
 MOUNTINFO = "/proc/self/mountinfo"
 OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space in a path as \040
 
-Version = tuple[int, int, int, int, int]  # device, inode, size, mtime_ns, ctime_ns
+Version = tuple[int, int, int, int, int]  # device, inode, size, mtime_ns, ctime_ns (policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +54,6 @@ class _Checked:
     real_path: str
     version: Version
     until: float  # time.monotonic() when the window closes
-
-
-def _version(info: os.stat_result) -> Version:
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 class RecentPaths:
@@ -118,7 +114,8 @@ class RecentPaths:
             info = os.stat(path)  # one syscall, on a local file system (see for_policy)
         except OSError:
             return None
-        if _version(info) != seen.version or info.st_nlink != 1 or not stat.S_ISREG(info.st_mode):
+        same = file_version(info) == seen.version and stat.S_ISREG(info.st_mode)
+        if not same or info.st_nlink != 1:
             return None
         return self.policy.checked(ref, seen.real_path, info)
 
