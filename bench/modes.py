@@ -67,7 +67,10 @@ DECODE_LIMITS_ENV = {
 class ServerProcess:
     """One started server; `url` is its origin, `pids()` its process tree for /proc."""
 
-    def __init__(self, name: str, argv: list[str], port: int, workdir: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], port: int, workdir: Path, cwd: Path = REPO_ROOT
+    ) -> None:
+        """`cwd`: where `python -m ...` finds its package (another checkout of the gateway)."""
         self.name = name
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -78,7 +81,7 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
+            cwd=cwd,
             env={**os.environ, **DECODE_LIMITS_ENV},  # os.environ as it is at start
             start_new_session=True,
         )

@@ -22,6 +22,7 @@ from .audio.cache import AudioStore
 from .audio.durations import check_decode_limits
 from .audio.encoder import StreamedAudio
 from .audio.policy import BatchedResolver, PathPolicy
+from .audio.recent import RecentPaths
 from .audio.sources import AudioSource
 from .audio.sources.local import LocalClip
 from .audio.sources.objects import ObjectClip, ObjectSources, object_sources
@@ -189,7 +190,9 @@ class RewritePipeline:
         self.max_clip_bytes = audio.max_file_bytes
         self.max_duration_seconds = audio.max_duration_seconds
         self.max_decode_bytes = audio.max_decode_bytes
-        self.resolver = BatchedResolver(policy, threads=audio.resolver_threads)
+        self.resolver = BatchedResolver(
+            policy, threads=audio.resolver_threads, recent=RecentPaths.for_policy(policy)
+        )
         self.store = store
         self.objects = objects
         self.file_urls = config.mode == "file_url"

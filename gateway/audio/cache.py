@@ -1,6 +1,7 @@
 """The encoded-audio store: a byte-bounded LRU with single-flight loading.
 
-Keys are each source's content identity ((real path, st_mtime_ns, st_size) for a file; bucket,
+Keys are each source's content identity ((real path, device, inode, size, mtime_ns, ctime_ns)
+for a file: any write to it, or another file under its name, is a new key; bucket,
 key, ETag and size for an object) and whether the entry is `raw`: raw entries hold the clip's
 own bytes (the speech-to-text uploads) rather than its base64, in the same byte budget. A
 rewritten file is a new key, an unchanged one is never read again while its entry lives.
