@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", help="results file name part (default: standard or quick)")
     parser.add_argument(
         "--modes", nargs="+", choices=ALL_MODES, metavar="MODE",
-        help=f"modes to run (default: all): {', '.join(ALL_MODES)}",
+        help=f"modes to run (default: all but gateway-keyed): {', '.join(ALL_MODES)}",
     )  # fmt: skip
     parser.add_argument(
         "--workloads", nargs="+", choices=WORKLOAD_CHOICES, metavar="W",

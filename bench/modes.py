@@ -41,6 +41,7 @@ MODES = {
         Mode("gateway-nocache", "path", "audio-gateway, cache.max_bytes = 0", gateway=True),
         Mode("gateway", "path", "audio-gateway, path form, warm cache", gateway=True),
         Mode("gateway-passthrough", "audio_data", "audio-gateway relaying audio_data", True),
+        Mode("gateway-keyed", "path", "gateway, with the clip key ([routing])", gateway=True),
         # workload (s3) only, see bench/objects.py
         Mode("seed-reference-s3", "path", "BASELINE: per-request S3 GET + stdlib base64 + json"),
         Mode("gateway-s3", "path", "audio-gateway, clips on S3, revalidate = true", True),
@@ -66,7 +67,10 @@ DECODE_LIMITS_ENV = {
 class ServerProcess:
     """One started server; `url` is its origin, `pids()` its process tree for /proc."""
 
-    def __init__(self, name: str, argv: list[str], port: int, workdir: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], port: int, workdir: Path, cwd: Path = REPO_ROOT
+    ) -> None:
+        """`cwd`: where `python -m ...` finds its package (another checkout of the gateway)."""
         self.name = name
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -77,7 +81,7 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
+            cwd=cwd,
             env={**os.environ, **DECODE_LIMITS_ENV},  # os.environ as it is at start
             start_new_session=True,
         )
@@ -139,6 +143,7 @@ def start_stub(workdir: Path, audio_root: Path, timing: StubTiming = PLAIN) -> S
 
 def gateway_config(workdir: Path, name: str, cache_bytes: int) -> Path:
     path = workdir / f"{name}.toml"
+    routing = '[routing]\naffinity_headers = ["X-Session-ID"]\n' if name == "gateway-keyed" else ""
     path.write_text(
         "[server]\n"
         'event_loop = "auto"\n'
@@ -149,7 +154,7 @@ def gateway_config(workdir: Path, name: str, cache_bytes: int) -> Path:
         'max_decode_bytes = "4GiB"  # and in the stub (DECODE_LIMITS_ENV) for the memory workload\n'
         "[cache]\n"
         f"max_bytes = {cache_bytes}\n"
-        'max_item_bytes = "64MiB"\n'
+        'max_item_bytes = "64MiB"\n' + routing
     )
     return path
 

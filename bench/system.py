@@ -321,6 +321,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--name", default="system")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        choices=[2],
+        help="two engines behind vllm-router, with and without the clip key: another bench "
+        "with flags of its own (`--replicas 2 --help`, bench/replicas.py)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.waves, args.seconds, args.forms = 1, [3.0], ["wav16"]
@@ -404,6 +411,11 @@ async def run_plan(
 def main(argv: list[str] | None = None) -> int:
     from bench.system_report import write_results
 
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg.startswith("--replicas") for arg in argv):  # its own flags: bench/replicas.py
+        from bench import replicas
+
+        return replicas.main(argv)
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
         results = asyncio.run(measure(args, Path(tmp)))

@@ -100,7 +100,7 @@ TARGET_SAMPLE_RATE = 16_000  # Qwen2-Audio's and Whisper's feature extractors
 
 class ModelFreeTracker(AsyncMultiModalItemTracker):  # type: ignore[misc]
     """vLLM's own tracker; only the placeholder strings and the per-prompt item limit (vLLM's
-    default, 999) come from no model (tests/test_vllm_compat.py uses it too)."""
+    default, 999) come from no model (tests/vllm_compat uses it too)."""
 
     @functools.cached_property
     def model_cls(self) -> Any:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 REPO = Path(__file__).resolve().parent.parent
 LOCKS = (REPO / "engine" / "requirements.lock", REPO / "engine" / "vllm.lock")
@@ -104,7 +105,17 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self.socket_path)
 
 
-_running: set[EngineServer] = set()
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+_running: set[Stoppable] = set()  # every server and router started and not yet stopped
+
+
+def track(server: Stoppable) -> None:
+    """Stop `server` when this process exits or is sent SIGTERM (unless stopped before)."""
+    _running.add(server)
+    stop_all_on_sigterm()
 
 
 class EngineServer:
@@ -170,8 +181,7 @@ class EngineServer:
                 start_new_session=True,
             )
         self.started_at = time.monotonic()
-        _running.add(self)
-        stop_all_on_sigterm()
+        track(self)
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
         """A blocking GET on the server (its status and body)."""
@@ -239,23 +249,30 @@ class EngineServer:
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL what is left of it after a grace period."""
         process, self.process = self.process, None
-        _running.discard(self)
         if process is None:
+            _running.discard(self)
             return
-        group = process.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGTERM)
-        wait_group_gone(group, STOP_GRACE_S)  # the leader's zombie does not count
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)  # whatever of the group is left
-        process.wait()
-        wait_group_gone(group)
+        stop_group(self, process)
 
     def restart(self, deadline_s: float = START_DEADLINE_S) -> float:
         """Stop and start again on the same port or socket; the seconds to healthy."""
         self.stop()
         self.start()
         return self.wait_healthy(deadline_s)
+
+
+def stop_group(server: Stoppable, process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM `process`'s group (it leads one), SIGKILL what is left of it after a grace
+    period; `server` is no longer tracked."""
+    _running.discard(server)
+    group = process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    wait_group_gone(group, STOP_GRACE_S)  # the leader's zombie does not count
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)  # whatever of the group is left
+    process.wait()
+    wait_group_gone(group)
 
 
 def group_pids(group: int) -> list[int]:

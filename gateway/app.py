@@ -140,7 +140,8 @@ async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
         ssl_context = await asyncio.to_thread(config.origin().ssl_context)  # reads the CA files
     except OSError as exc:  # ssl.SSLError included
         raise ConfigError(f"upstream.ca_file: cannot load {config.ca_file!r}: {exc}") from exc
-    app[upstream_key] = create_upstream_pool(config, ssl_context)
+    affinity = app[config_key].routing.affinity_headers
+    app[upstream_key] = create_upstream_pool(config, ssl_context, affinity)
     yield
     app[upstream_key].close()
 
@@ -182,11 +183,16 @@ def rewriting(shape: RouteShape, route: str) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
-        payload = await request.app[pipeline_key].rewrite(raw, shape, split=True)
+        body = parse_json_object(raw)
+        pipeline = request.app[pipeline_key]
+        payload = await pipeline.rewrite(raw, shape, body, split=True)
+        rewritten = payload is not raw
+        if not rewritten:  # sent as it came, with the key of the client's own audio if any
+            payload = pipeline.passed(raw, body, shape)
         request.app[metrics_key].observe_added_latency(route, time.perf_counter() - started)
         if isinstance(payload, ChunkedRequest):
             return await fan_out(request, payload)
-        headers = request_headers_for_upstream(request, json_body=payload is not raw, decoded=True)
+        headers = request_headers_for_upstream(request, json_body=rewritten, decoded=True)
         if isinstance(payload, ReferencedBody):
             relay = request.app[reference_relay_key]
             return await relay.relay_route(request, request.app[upstream_key], headers, payload)
@@ -219,7 +225,8 @@ def bridging(shape: RouteShape, route: str) -> Handler:
                 raw, shape, body=bridged.chat, split=True, part_params=params
             )
             if payload is raw:  # inline audio only: nothing to resolve, but chat to send
-                payload = SegmentedPayload([msgspec.json.encode(bridged.chat)])
+                key = pipeline.unchanged_key(bridged.chat, shape)
+                payload = SegmentedPayload([msgspec.json.encode(bridged.chat)], key)
         request.app[metrics_key].observe_added_latency(route, time.perf_counter() - started)
         if bridged is not None and isinstance(payload, ChunkedRequest):
             return await fan_out(request, payload, bridged)

@@ -1,18 +1,30 @@
 """One loaded clip as the pipeline holds it, and what the splice and the messages need of it:
-its names, its header, its base64, its uuid. Pure but for closing streamed clips."""
+its names, its header, its base64, its uuid, its digest in the clip key. Pure but for closing
+streamed clips."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pybase64
 
+from .affinity import (
+    SHA256_PREFIX,
+    base64_digest,
+    bytes_digest,
+    clip_key,
+    identity_digest,
+    part_digests,
+    sha256_digest,
+)
 from .audio.durations import AudioHeader, read_base64_header
 from .audio.encoder import EncodedAudio, StreamedAudio
 from .audio.sources import AudioSource
 from .audio.sources.objects import ObjectClip
+from .naming.content_parts import Place
 from .naming.sidechannel import InlineAudio, base64_decoded_size
 from .references.body import object_uuid
 from .splice import Part
@@ -59,12 +71,12 @@ def base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:
     return audio.mime, lead, audio.pieces
 
 
-def reference_uuid(clip: LoadedClip) -> str | None:
+def reference_uuid(clip: LoadedClip, digest: str | None = None) -> str | None:
     """A presigned object is named by its identity (its bytes are never read here); any
-    other clip by the sha256 of its bytes."""
+    other clip by the sha256 of its bytes (`content_sha256`)."""
     if isinstance(clip, PathClip) and clip.url is not None and isinstance(clip.source, ObjectClip):
         return object_uuid(clip.source.info)
-    return content_sha256(clip)
+    return content_sha256(clip, digest)
 
 
 def referable(clips: Sequence[LoadedClip], parts: Sequence[Part]) -> bool:
@@ -84,13 +96,57 @@ def base64_bytes(clip: LoadedClip) -> int | None:
     return sum(len(piece) for piece in audio.pieces) if isinstance(audio, EncodedAudio) else 0
 
 
-def content_sha256(clip: LoadedClip) -> str:
-    """The sha256 of the audio bytes themselves, never of a path: vLLM trusts the uuid blindly."""
+def content_sha256(clip: LoadedClip, digest: str | None = None) -> str:
+    """The sha256 of the audio bytes themselves, never of a path: vLLM trusts the uuid blindly.
+    `digest` is the clip's `clip_digest` when the key was taken: inline audio is not decoded
+    and hashed twice."""
+    if digest is not None and digest.startswith(SHA256_PREFIX):
+        return digest[len(SHA256_PREFIX) :]
     if isinstance(clip, InlineAudio):
         return hashlib.sha256(pybase64.b64decode(clip.payload)).hexdigest()
     if clip.audio.sha256 is None:
         raise AssertionError("the audio store computes digests when part_uuid is on")
     return clip.audio.sha256
+
+
+def clip_digest(clip: LoadedClip) -> str:
+    """How the clip key names the clip (`gateway.affinity`): by the sha256 of its bytes when
+    the gateway has it (inline audio, a clip read whole, a converted WAV); a clip whose bytes
+    were not hashed before it is sent (streamed, or fetched by vLLM from its URL) by its
+    identity: a file's real path, mtime_ns and size; an object's bucket, key, ETag and size."""
+    if isinstance(clip, InlineAudio):
+        return base64_digest(clip.uri, clip.payload_start)  # strict base64: checked
+    if clip.audio.sha256 is not None:
+        return sha256_digest(clip.audio.sha256)
+    source = clip.source
+    if isinstance(source, ObjectClip):
+        return identity_digest("object", source.info.cache_key)
+    return identity_digest("file", source.cache_key)
+
+
+def clips_key(digests: Sequence[str], places: Sequence[Place], items: Any) -> str | None:
+    """The key of a request's clips (their `clip_digest`s) in clip order: the sidechannel's
+    (the first clips), then the audio parts of `items` (its messages, or Responses input) in
+    order, the path parts the last `len(places)` clips were read from and the parts the
+    client inlined itself alike."""
+    side = len(digests) - len(places)
+    resolved = dict(zip(places, digests[side:], strict=True))
+    return clip_key([*digests[:side], *part_digests(items, resolved)])
+
+
+class PieceBytes(Protocol):
+    """A long clip's piece (`gateway.chunking`): its `data` is a whole audio file."""
+
+    @property
+    def data(self) -> bytes: ...
+
+
+def piece_key(items: Any, place: Place | None) -> Callable[[PieceBytes], str | None]:
+    """How a long clip's piece is keyed: as the one clip in place of the whole, then the audio
+    parts of `items` the client inlined itself (the part at `place`, where the clip came
+    from, left out)."""
+    others = part_digests(items, {} if place is None else {place: None})
+    return lambda piece: clip_key([bytes_digest(piece.data), *others])
 
 
 async def close_streams(clips: Sequence[LoadedClip]) -> None:

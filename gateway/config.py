@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from .affinity.headers import check_header_names
 from .naming.content_parts import PartRoots
 from .naming.object_names import MalformedName, ObjectPrefix, is_object_url, parse_prefix
 from .naming.sidechannel import KEY_PREFIX_PATTERN
@@ -308,6 +309,19 @@ class NormalizeConfig(_Section):
     sample_format: Literal["PCM_16", "FLOAT"] = "PCM_16"
 
 
+class RoutingConfig(_Section):
+    """`[routing]`: for a router in front of many vLLM replicas (gateway.affinity)."""
+
+    # Set to the clip key on every request with audio (e.g. ["X-Session-ID"]).
+    affinity_headers: list[str] = []
+
+    @field_validator("affinity_headers")
+    @classmethod
+    def _header_names(cls, names: list[str]) -> list[str]:
+        check_header_names(names)
+        return names
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -319,6 +333,7 @@ class Config(_Section):
     sidechannel: SidechannelConfig = SidechannelConfig()
     chunking: ChunkingConfig = ChunkingConfig()
     normalize: NormalizeConfig = NormalizeConfig()
+    routing: RoutingConfig = RoutingConfig()
 
     @model_validator(mode="after")
     def _objects_need_bytes_or_urls(self) -> Config:

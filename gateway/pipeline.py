@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
+from .affinity import clip_key, part_digests
 from .audio.cache import AudioStore
 from .audio.durations import check_decode_limits
 from .audio.encoder import StreamedAudio
 from .audio.policy import BatchedResolver, PathPolicy
+from .audio.recent import RecentPaths
 from .audio.sources import AudioSource
 from .audio.sources.local import LocalClip
 from .audio.sources.objects import ObjectClip, ObjectSources, object_sources
@@ -31,10 +33,13 @@ from .clips import (
     PathClip,
     base64_bytes,
     base64_segments,
+    clip_digest,
     clip_header,
     clip_names,
+    clips_key,
     close_streams,
     content_sha256,
+    piece_key,
     referable,
     reference_uuid,
 )
@@ -79,6 +84,8 @@ class RouteShape:
     references: bool = False
     # Chat bodies: audio_url parts naming a path are clips ([sidechannel] content_parts).
     content_parts: bool = False
+    # Where the body's messages are, with the audio parts a client put there itself.
+    items: str = "messages"
 
 
 CHAT_AUDIO_URL = RouteShape(
@@ -96,6 +103,7 @@ RESPONSES = RouteShape(
     "responses",
     splice_responses,
     input_audio_parts=True,
+    items="input",
     input_audio_fix='send it through the chat bridge ([responses] audio = "chat_bridge")',
 )
 
@@ -119,12 +127,14 @@ async def build_pipeline(
     the dataset tools both use it (`cache` overrides `config.cache`). Close its resolver."""
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
     references = config.splice.repeats == "reference"
+    keyed = bool(config.routing.affinity_headers)
     store = AudioStore(
         cache or config.cache,
         metrics,
         encode=config.splice.mode == "data_uri",
         digest=config.splice.part_uuid or references,
         digest_urls=not references,  # reference mode names presigned objects by identity
+        digest_read=keyed,  # the clip key: the sha256 of what is read anyway
     )
     objects = await asyncio.to_thread(object_sources, config, metrics)  # blocking: credentials
     keys = SidechannelKeys(config.sidechannel.key_prefix)
@@ -151,6 +161,7 @@ async def build_pipeline(
         normalizer=normalizer,
         parts=parts,
         metrics=metrics,
+        keyed=keyed,
     )
 
 
@@ -168,8 +179,10 @@ class RewritePipeline:
         normalizer: Normalizer | None = None,
         parts: PartRoots | None = None,
         metrics: GatewayMetrics | None = None,
+        keyed: bool = False,
     ):
         self.config = config
+        self.keyed = keyed  # bodies carry their clips' key ([routing] affinity_headers)
         self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
         self.parts = parts  # None: [sidechannel] content_parts = "pass"
         self.metrics = metrics
@@ -177,7 +190,9 @@ class RewritePipeline:
         self.max_clip_bytes = audio.max_file_bytes
         self.max_duration_seconds = audio.max_duration_seconds
         self.max_decode_bytes = audio.max_decode_bytes
-        self.resolver = BatchedResolver(policy, threads=audio.resolver_threads)
+        self.resolver = BatchedResolver(
+            policy, threads=audio.resolver_threads, recent=RecentPaths.for_policy(policy)
+        )
         self.store = store
         self.objects = objects
         self.file_urls = config.mode == "file_url"
@@ -252,19 +267,50 @@ class RewritePipeline:
                     return chunked
             if split and self.over_window is not None:
                 self.over_window.see(clips)
+            digests = [clip_digest(clip) for clip in clips] if self.keyed else None
+            key = self._clip_key(body, shape, digests, in_parts)
             placeholders = Placeholders()
-            parts = [self._part(clip, shape, placeholders) for clip in clips]
+            parts = [
+                self._part(clip, shape, placeholders, digests[i] if digests else None)
+                for i, clip in enumerate(clips)
+            ]
             # The gateway's own parts decide whether the clips may go by reference: a uuid a
             # client put on its path part is kept, but never makes its clip go by reference.
             by_reference = shape.references and referable(clips, parts)
             parts = splice_clips(body, shape.splice, parts, [found.place for found in in_parts])
             if by_reference:
                 sizes = [base64_bytes(clip) for clip in clips]
-                return ReferencedBody.of(body, placeholders, parts, sizes)
-            return SegmentedPayload(placeholders.render(body))
+                return ReferencedBody.of(body, placeholders, parts, sizes, key)
+            return SegmentedPayload(placeholders.render(body), key)
         except BaseException:
             await close_streams(clips)
             raise
+
+    def passed(
+        self, raw: bytes, body: dict[str, Any], shape: RouteShape
+    ) -> bytes | SegmentedPayload:
+        """A body `rewrite` left as it was (`raw`, parsed as `body`): as it is, or, when the
+        client's own audio parts are keyed, with their key."""
+        key = self.unchanged_key(body, shape)
+        return raw if key is None else SegmentedPayload([raw], key)
+
+    def unchanged_key(self, body: dict[str, Any], shape: RouteShape) -> str | None:
+        """The key of the audio parts a client inlined itself in `body`; None when bodies are
+        not keyed or it has none."""
+        return clip_key(part_digests(body.get(shape.items), {})) if self.keyed else None
+
+    def _clip_key(
+        self,
+        body: dict[str, Any],
+        shape: RouteShape,
+        digests: Sequence[str] | None,
+        in_parts: Sequence[PartClip],
+    ) -> str | None:
+        """The request's clip key from its clips' digests, taken before the splice (every
+        part still where the client put it); None when bodies are not keyed."""
+        if digests is None:
+            return None
+        return clips_key(digests, [found.place for found in in_parts], body.get(shape.items))
 
     def part_clips(
         self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
@@ -396,9 +442,18 @@ class RewritePipeline:
             splice=shape.splice if place is None else partial(_splice_at, place),
             part=lambda piece, placeholders: self._part(piece, shape, placeholders),
             release=found.close,
+            key=piece_key(body.get(shape.items), place) if self.keyed else None,
         )
 
-    def _part(self, clip: LoadedClip, shape: RouteShape, placeholders: Placeholders) -> Part:
+    def _part(
+        self,
+        clip: LoadedClip,
+        shape: RouteShape,
+        placeholders: Placeholders,
+        digest: str | None = None,
+    ) -> Part:
+        """The clip's audio part; `digest` (its `clip_digest`, when the key was taken) spares
+        hashing inline audio again for its uuid."""
         part: Part
         if isinstance(clip, PathClip) and clip.url is not None:
             # input_audio has no URL form: a clip vLLM fetches is an audio_url part.
@@ -417,10 +472,10 @@ class RewritePipeline:
                 token = placeholders.add(lead, segments)
                 part = {"type": "audio_url", "audio_url": {"url": token}}
         if shape.references:
-            if (uuid := reference_uuid(clip)) is not None:
+            if (uuid := reference_uuid(clip, digest)) is not None:
                 part["uuid"] = uuid
         elif self.config.part_uuid:
-            part["uuid"] = content_sha256(clip)
+            part["uuid"] = content_sha256(clip, digest)
         return part
 
     def _check_length(self, clip: LoadedClip) -> None:

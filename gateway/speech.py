@@ -24,12 +24,15 @@ import pybase64
 from aiohttp import web
 from aiohttp.helpers import parse_mimetype
 
+from .affinity import bytes_digest, clip_key
 from .audio.durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from .audio.encoder import StreamedAudio
+from .clips import PathClip, clip_digest
 from .config import AudioConfig
 from .errors import InvalidRequest, PayloadTooLarge
 from .naming.formats import EXTENSION_BY_MIME, checked_mime
 from .naming.sidechannel import LEGACY_INLINE_KEY, InlineAudio, PathAudio
+from .normalize.source import as_sent
 from .pipeline import RewritePipeline, parse_json_object
 from .upstream.body import SegmentedPayload
 from .upstream.content_coding import read_decoded_body
@@ -177,10 +180,11 @@ class SpeechUploads:
     async def _rewritten(
         self, request: web.Request, ref: InlineAudio | PathAudio, parts: list[FormPart]
     ) -> Outgoing:
-        upload = await self._upload(ref)
+        upload, digest = await self._upload(ref)
         try:
             boundary = f"audio-gateway-{os.urandom(16).hex()}"
-            payload = SegmentedPayload(build_form(boundary, upload, parts))
+            key = clip_key([digest]) if self.pipeline.keyed else None
+            payload = SegmentedPayload(build_form(boundary, upload, parts), key)
         except BaseException:
             await _close(upload)
             raise
@@ -188,17 +192,17 @@ class SpeechUploads:
         headers = request_headers_for_upstream(request, content_type=content_type, decoded=True)
         return Outgoing(headers, payload, rewritten=True)
 
-    async def _upload(self, ref: InlineAudio | PathAudio) -> AudioUpload:
+    async def _upload(self, ref: InlineAudio | PathAudio) -> tuple[AudioUpload, str]:
         """The clip as a file part, within vLLM's decode limits (its speech-to-text routes
-        apply VLLM_MAX_AUDIO_DECODE_DURATION_S / _BYTES as chat does)."""
+        apply VLLM_MAX_AUDIO_DECODE_DURATION_S / _BYTES as chat does), and its digest in the
+        clip key (the chat routes' digest of the same clip)."""
         if isinstance(ref, InlineAudio):
             upload = inline_upload(ref)
             data = upload.segments[0]
-            header = (
-                read_header(data[:HEADER_BYTES], len(data)) if isinstance(data, bytes) else None
-            )
+            assert isinstance(data, bytes)  # decoded whole
+            header = read_header(data[:HEADER_BYTES], len(data))
             self._check_limits(header, ref.param, ref.given, ref.param)
-            return upload
+            return upload, bytes_digest(data) if self.pipeline.keyed else ""
         clip = (await self.pipeline.sources([ref], presigned=False))[0]
         audio = await self.pipeline.store.get(clip, raw=True)
         try:
@@ -211,7 +215,8 @@ class SpeechUploads:
         name = os.path.basename(ref.given)
         if audio.converted:  # [normalize]: the WAV the gateway made of the clip
             name = os.path.splitext(name)[0] + ".wav"
-        return AudioUpload(name, audio.mime, segments)
+        digest = clip_digest(PathClip(as_sent(clip, audio), audio)) if self.pipeline.keyed else ""
+        return AudioUpload(name, audio.mime, segments), digest
 
     def _check_limits(self, header: AudioHeader | None, label: str, given: str, param: str) -> None:
         limits = self.audio

@@ -5,18 +5,36 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import ClientResponse, StreamReader, web
 from aiohttp.test_utils import TestClient, TestServer
+from blockbuster import BlockBuster, blockbuster_ctx
+from hypothesis import settings
 
 from gateway.app import create_app
 from gateway.audio.samples import write_tone
 from gateway.config import Config
 from gateway.stub_upstream import StubState, create_stub_app, stub_state_key
+
+
+@contextmanager
+def no_blocking_calls() -> Iterator[BlockBuster]:
+    """Every blocking call on the loop thread raises, but one: the single `stat` with which a
+    path checked moments ago is re-checked on a local file system (gateway/audio/recent.py)."""
+    with blockbuster_ctx() as detector:
+        detector.functions["os.stat"].can_block_in("gateway/audio/recent.py", "_recheck")
+        yield detector
+
+
+# Property tests check behaviour, not speed: on a loaded 2-core CI machine hypothesis's default
+# 200 ms deadline fails correct code. Tests that set their own deadline keep it.
+settings.register_profile("audio-gateway", deadline=None)
+settings.load_profile("audio-gateway")
 
 GatewayFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 

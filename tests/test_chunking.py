@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile
-from blockbuster import blockbuster_ctx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +34,7 @@ from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.naming.sidechannel import DEFAULT_KEYS, InlineAudio, parse_data_uri
 from gateway.pipeline import CHAT_AUDIO_URL, RewritePipeline, build_pipeline
+from tests.conftest import no_blocking_calls
 from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
 
 __all__ = ["aws_environment", "s3_server"]  # fixtures, used by name
@@ -218,7 +218,7 @@ async def test_a_file_is_cut_however_the_store_holds_it(
     holds_base64 = isinstance(clip.audio, EncodedAudio) and bool(clip.audio.pieces)
     assert holds_base64 == (reads == "base64")
     try:
-        with blockbuster_ctx():  # every read and decode off the loop
+        with no_blocking_calls():  # every read and decode off the loop
             pieces = await chunker.split(clip)
     finally:
         if isinstance(clip.audio, StreamedAudio):

@@ -13,7 +13,6 @@ import aiohttp
 import numpy
 import pytest
 from aiohttp.test_utils import TestServer
-from blockbuster import blockbuster_ctx
 from openai import AsyncOpenAI
 
 from gateway.stub_upstream.window import Action, HeardClip, ModelWindow, window_key
@@ -26,7 +25,7 @@ from tests.chunking_helpers import (
     windowed_stub,
     write_long_clips,
 )
-from tests.conftest import gateway_error
+from tests.conftest import gateway_error, no_blocking_calls
 
 TAIL = "piece 4 of 4 (9.000-10.400 s of metadata.audio_path 'long.wav')"
 BOUND_SECONDS = 10.0
@@ -328,7 +327,7 @@ async def test_no_chunked_answer_blocks_the_event_loop(
 ) -> None:
     """Cut, bodies, fan-out and merge, streamed or not, chat or bridged: nothing blocks."""
     bridged = {"model": "m", "input": "Transcribe.", "metadata": {"audio_path": "long.wav"}}
-    with blockbuster_ctx():
+    with no_blocking_calls():
         for stream in (False, True):
             response = await post_chat(chunking, stream=stream)
             assert response.status == 200, await response.text()

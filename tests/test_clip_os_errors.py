@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.audio.encoder import open_checked_file
+from gateway.audio.encoder import open_checked_file, read_whole_clip
 from gateway.audio.os_errors import READING, RESOLVING, clip_os_error
 from gateway.audio.policy import PathPolicy
 from gateway.audio.samples import write_tone
@@ -127,6 +127,25 @@ def test_check_opens_a_removed_file_as_404_and_a_rewritten_one_as_409(audio_dir:
         open_checked_file(removed)
     with pytest.raises(GatewayError) as changed:
         open_checked_file(rewritten)
+    assert (gone.value.status, gone.value.code) == (404, "audio_not_found")
+    assert (changed.value.status, changed.value.code) == (409, "audio_file_changed")
+
+
+def test_the_one_trip_read_answers_as_the_chunked_one(audio_dir: Path) -> None:
+    """A small clip is opened, read and closed in one executor trip: the checked file's bytes,
+    and the same 404 / 409 as an open through aiofiles."""
+    policy = PathPolicy(str(audio_dir), [str(audio_dir)], 1 << 20)
+    clip = policy.resolve(PathAudio("c.wav", P, P))
+    assert read_whole_clip(clip, clip.size) == (audio_dir / "c.wav").read_bytes()
+    assert read_whole_clip(clip, 12) == (audio_dir / "c.wav").read_bytes()[:12]
+    removed = policy.resolve(PathAudio("a.wav", P, P))
+    rewritten = policy.resolve(PathAudio("b.wav", P, P))
+    (audio_dir / "a.wav").unlink()
+    write_tone(audio_dir / "b.wav", 0.3, 440.0)
+    with pytest.raises(GatewayError) as gone:
+        read_whole_clip(removed, removed.size)
+    with pytest.raises(GatewayError) as changed:
+        read_whole_clip(rewritten, rewritten.size)
     assert (gone.value.status, gone.value.code) == (404, "audio_not_found")
     assert (changed.value.status, changed.value.code) == (409, "audio_file_changed")
 

@@ -117,3 +117,10 @@ def test_every_room_says_what_it_holds() -> None:
     for init in ROOT.rglob("__init__.py"):
         docstring = ast.get_docstring(ast.parse(init.read_text()))
         assert docstring, f"{init.relative_to(ROOT.parent)} has no docstring"
+
+
+def test_the_clip_key_room_is_pure() -> None:
+    """`affinity` computes the clip key from what it is given: it may read what an audio part
+    names (`naming`), nothing that does I/O or holds state."""
+    assert GRAPHS[("gateway",)]["affinity"] <= {"naming"}
+    assert "affinity" in GRAPHS[("gateway",)]["upstream"]  # the pool sets the headers

@@ -17,7 +17,6 @@ import moto.settings
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from blockbuster import blockbuster_ctx
 
 from gateway.app import create_app
 from gateway.audio.samples import write_tone
@@ -30,6 +29,7 @@ from tests.conftest import (
     gateway_config,
     gateway_error,
     gateway_metrics,
+    no_blocking_calls,
 )
 from tests.objectstore import (
     ACCESS_KEY_ID,
@@ -497,7 +497,7 @@ async def test_object_clips_never_block_the_event_loop(
     data_uri = await make_gateway(audio=roots, cache={"max_item_bytes": 100_000}, storage=storage)
     presigned = await make_gateway(audio=roots, splice={"remote": "presigned_url"}, storage=storage)
     a, b = ({"audio_path": f"s3://{bucket}/data/{name}"} for name in ("a.wav", "big.wav"))
-    with blockbuster_ctx():
+    with no_blocking_calls():
         miss = await decoded(data_uri, a)
         hit = await decoded(data_uri, a)
         streamed = await decoded(data_uri, b)

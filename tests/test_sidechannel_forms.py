@@ -16,11 +16,17 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile
-from blockbuster import blockbuster_ctx
 
 from gateway.audio.samples import write_tone
 from gateway.stub_upstream import StubState
-from tests.conftest import audio_part, chat_body, forwarded_json, gateway_error, sha256_of
+from tests.conftest import (
+    audio_part,
+    chat_body,
+    forwarded_json,
+    gateway_error,
+    no_blocking_calls,
+    sha256_of,
+)
 
 CHAT = "/v1/chat/completions"
 SUPPORTED = ".wav, .flac, .mp3, .m4a, .ogg, .opus"
@@ -383,11 +389,11 @@ class TestNoSidechannel:
 
 
 async def test_no_form_blocks_the_event_loop(gateway, stub, audio_dir) -> None:
-    """Every file-system touch runs off the loop: blockbuster fails any blocking call on it."""
+    """Every file-system touch runs off the loop (but `no_blocking_calls`' one stat)."""
     write_flac(audio_dir / "d.flac")
     uri = data_uri(audio_dir / "a.wav")
     expected = {name: sha256_of(audio_dir / name) for name in ("a.wav", "b.wav", "d.flac")}
-    with blockbuster_ctx():
+    with no_blocking_calls():
         answers = [
             await post_chat(gateway, chat_body(metadata))
             for metadata in (
@@ -426,7 +432,7 @@ async def test_multi_chunk_files_arrive_byte_identical(
     odd_wav = write_tone(root / "odd.wav", 0.01, 99.0)  # size not a multiple of 3
     long_flac = write_flac(root / "long.flac", seconds=20.0)
     names = ["long.wav", "odd.wav", "long.flac", "long.wav"]
-    with blockbuster_ctx():
+    with no_blocking_calls():
         answer = await post_chat(gateway, chat_body({"audio_paths": names}))
     by_name = {"long.wav": long_wav, "odd.wav": odd_wav, "long.flac": long_flac}
     assert clip_shas(answer) == [sha256_of(by_name[name]) for name in names]

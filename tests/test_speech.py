@@ -22,7 +22,6 @@ import aiohttp
 import pytest
 from aiohttp import FormData, web
 from aiohttp.test_utils import TestClient, TestServer
-from blockbuster import blockbuster_ctx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import AsyncOpenAI
@@ -45,6 +44,7 @@ from tests.conftest import (
     gateway_config,
     gateway_error,
     gateway_metrics,
+    no_blocking_calls,
     sha256_of,
     write_encoded_tone,
 )
@@ -636,7 +636,7 @@ async def test_the_speech_path_never_blocks_the_event_loop(
 ) -> None:
     gateway = await make_gateway(cache={"max_item_bytes": 10_000})
     form = FormData({"model": MODEL, "audio_path": "a.wav"}, default_to_multipart=True)
-    with blockbuster_ctx():
+    with no_blocking_calls():
         cached = await speech_json(gateway, {"model": MODEL, "metadata": {"audio_path": "a.wav"}})
         streamed = await speech_json(gateway, {"model": MODEL, "metadata": {"audio_path": "c.wav"}})
         from_form = await gateway.post(TRANSCRIPTIONS, data=form)

@@ -22,7 +22,6 @@ import trustme
 import websockets
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestClient
-from blockbuster import blockbuster_ctx
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import ClientConnection
@@ -31,7 +30,7 @@ from websockets.asyncio.client import connect as websockets_connect
 from gateway.app import create_app
 from gateway.stub_upstream import StubState, create_stub_app, stub_state_key
 from gateway.upstream.websocket import sendable_close_code
-from tests.conftest import gateway_config, gateway_error, gateway_metrics
+from tests.conftest import gateway_config, gateway_error, gateway_metrics, no_blocking_calls
 
 BOUND_SECONDS = 10.0  # a guard against hangs, never a timing assertion
 MIB = 1024 * 1024
@@ -425,7 +424,7 @@ class TestUpstreamForms:
         by construction)."""
         ca_file = tmp_path / "ca.pem"
         tls_ca.cert_pem.write_to_path(str(ca_file))
-        with blockbuster_ctx():
+        with no_blocking_calls():
             gateway = await start_gateway(
                 f"https://127.0.0.1:{tls_stub}", audio_dir, ca_file=str(ca_file)
             )

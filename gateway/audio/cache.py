@@ -1,6 +1,7 @@
 """The encoded-audio store: a byte-bounded LRU with single-flight loading.
 
-Keys are each source's content identity ((real path, st_mtime_ns, st_size) for a file; bucket,
+Keys are each source's content identity ((real path, device, inode, size, mtime_ns, ctime_ns)
+for a file: any write to it, or another file under its name, is a new key; bucket,
 key, ETag and size for an object) and whether the entry is `raw`: raw entries hold the clip's
 own bytes (the speech-to-text uploads) rather than its base64, in the same byte budget. A
 rewritten file is a new key, an unchanged one is never read again while its entry lives.
@@ -51,14 +52,18 @@ class AudioStore:
         encode: bool,
         digest: bool,
         digest_urls: bool = True,
+        digest_read: bool = False,
     ):
         """`digest_urls = False` hashes no clip that goes upstream as a URL without its bytes
-        (presigned objects: their identity names them instead)."""
+        (presigned objects: their identity names them instead). `digest_read` hashes every
+        clip whose bytes are read whole anyway (the clip key, `gateway.affinity`): never one
+        streamed or sent as a URL, which would take another read."""
         self.max_item_bytes = config.max_item_bytes
         self.enabled = config.max_bytes > 0
         self._encode = encode
         self._digest = digest
         self._digest_urls = digest_urls
+        self._digest_read = digest_read
         self._metrics = metrics
         self._lru: LRUCache[Hashable, Weighed] = LRUCache(
             maxsize=max(config.max_bytes, 1), getsizeof=lambda entry: entry.nbytes
@@ -125,8 +130,10 @@ class AudioStore:
 
     async def _load(self, clip: AudioSource, raw: bool) -> EncodedAudio:
         if raw:
-            return await clip.load(encode=False, digest=False, raw=True)
-        digest = self._digest and (self._digest_urls or clip.encoded_size > 0)
+            return await clip.load(encode=False, digest=self._digest_read, raw=True)
+        has_bytes = clip.encoded_size > 0
+        digest = self._digest and (self._digest_urls or has_bytes)
+        digest = digest or (self._digest_read and self._encode and has_bytes)  # read anyway
         entry = await clip.load(encode=self._encode, digest=digest)
         if self._encode and clip.encoded_size:
             self._metrics.encoded_bytes.inc(clip.size)

@@ -22,7 +22,7 @@ from ..errors import AudioFileChanged, GatewayError
 from ..naming.formats import SNIFF_BYTES, checked_mime
 from .durations import HEADER_BYTES, AudioHeader, read_header
 from .os_errors import clip_os_error
-from .policy import ResolvedClip
+from .policy import ResolvedClip, file_version
 
 READ_CHUNK_BYTES = 3 * 1024 * 1024  # multiple of 3: base64 pieces concatenate without padding
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC  # never block on a FIFO
@@ -121,35 +121,64 @@ async def encode_clip(
     clip: ResolvedClip, *, encode: bool, digest: bool, raw: bool = False
 ) -> EncodedAudio:
     """Read the whole clip once: sniff it, and base64-encode and/or hash it as asked; with
-    `raw`, the pieces are the file's own bytes (the speech-to-text multipart upload)."""
+    `raw`, the pieces are the file's own bytes (the speech-to-text multipart upload).
+
+    A clip of one read chunk or less (most are) is opened, read and closed in one trip to
+    the loop's executor, not one per file operation."""
+    if clip.size <= READ_CHUNK_BYTES:
+        loop = asyncio.get_running_loop()
+        data = await loop.run_in_executor(None, read_whole_clip, clip, clip.size)
+        return _encoded_at_once(clip, data, encode=encode, digest=digest, raw=raw)
     reader = ChunkReader(clip, await _open_clip(clip))
     try:
         chunk = await reader.read()
         mime = _checked_mime(clip, chunk)
         header = _header(clip, chunk)
-        if raw:
-            return EncodedAudio(mime, await _raw_pieces(reader, chunk), None, header)
-        if not (encode or digest):
+        if not (encode or digest or raw):
             return EncodedAudio(mime, (), None, header)
         hasher = hashlib.sha256() if digest else None
+        piece: Callable[[memoryview], bytes] = bytes if raw else pybase64.b64encode
         pieces: list[bytes] = []
         while chunk:
             if hasher is not None:
                 hasher.update(chunk)
-            if encode:
-                pieces.append(pybase64.b64encode(chunk))
+            if encode or raw:
+                pieces.append(piece(chunk))  # copied or encoded: the reader's buffer is reused
             chunk = await reader.read()
         return EncodedAudio(mime, tuple(pieces), hasher.hexdigest() if hasher else None, header)
     finally:
         await reader.aclose()
 
 
-async def _raw_pieces(reader: ChunkReader, chunk: memoryview) -> tuple[bytes, ...]:
-    pieces: list[bytes] = []
-    while chunk:
-        pieces.append(bytes(chunk))  # a copy: the reader's buffer is reused
-        chunk = await reader.read()
-    return tuple(pieces)
+def _encoded_at_once(
+    clip: ResolvedClip, data: bytes, *, encode: bool, digest: bool, raw: bool
+) -> EncodedAudio:
+    """`encode_clip` of a clip read whole into `data`."""
+    head = memoryview(data)
+    mime = _checked_mime(clip, head)
+    header = _header(clip, head)
+    sha256 = hashlib.sha256(data).hexdigest() if digest else None
+    pieces: tuple[bytes, ...] = ()
+    if data and (raw or encode):
+        pieces = (data,) if raw else (pybase64.b64encode(data),)
+    return EncodedAudio(mime, pieces, sha256, header)
+
+
+def read_whole_clip(clip: ResolvedClip, nbytes: int) -> bytes:
+    """Blocking: the first `nbytes` bytes of exactly the file the checks saw (all of them:
+    a file that turned out shorter is one that changed), opened and closed here."""
+    fd = _checked_opener(clip)(clip.real_path, os.O_RDONLY)
+    try:
+        parts: list[bytes] = []
+        left = nbytes
+        while left and (part := read_checked(clip, fd, left, nbytes - left)):
+            parts.append(part)
+            left -= len(part)
+    finally:
+        os.close(fd)
+    if left:
+        raise _changed(clip)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 async def open_streamed_clip(
@@ -172,12 +201,10 @@ async def open_streamed_clip(
 
 
 async def read_clip_head(clip: ResolvedClip, nbytes: int) -> bytes:
-    """The clip's first `nbytes` bytes, from exactly the file the checks saw."""
-    handle = await _open_clip(clip)
-    try:
-        return bytes(await handle.read(min(nbytes, clip.size)))
-    finally:
-        await handle.close()
+    """The clip's first `nbytes` bytes, from exactly the file the checks saw (one trip to the
+    loop's executor)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, read_whole_clip, clip, min(nbytes, clip.size))
 
 
 def _hash_file_descriptor(clip: ResolvedClip, fd: int) -> str:
@@ -214,12 +241,7 @@ def _checked_opener(clip: ResolvedClip) -> Callable[[str, int], int]:
 
 def _same_file(clip: ResolvedClip, info: os.stat_result) -> bool:
     """Whether `info` is the regular file the checks saw: same identity, same version."""
-    return stat.S_ISREG(info.st_mode) and (
-        info.st_ino,
-        info.st_dev,
-        info.st_size,
-        info.st_mtime_ns,
-    ) == (clip.inode, clip.device, clip.size, clip.mtime_ns)
+    return stat.S_ISREG(info.st_mode) and file_version(info) == clip.version
 
 
 def _open_error(clip: ResolvedClip, exc: OSError) -> GatewayError:

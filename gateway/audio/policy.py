@@ -1,7 +1,8 @@
 """The path policy: where an audio path may point and what it may be.
 
-Everything here touches the file system and blocks, so the pipeline runs `resolve_all` in a
-worker thread, once per request for all its clips.
+Resolving touches the file system and blocks, so the pipeline runs `resolve_all` in a worker
+thread, once per request for all its clips (`recent.py` re-checks a path resolved moments ago
+with one stat instead); `PathPolicy.checked` applies the rules to what the file system said.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import os
 import queue
 import stat
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..config import AudioConfig
 from ..errors import AudioOutsideRoots, InvalidRequest, PayloadTooLarge
@@ -35,10 +38,22 @@ class ResolvedClip:
     mtime_ns: int
     inode: int
     device: int
+    ctime_ns: int  # moves with every write, and cannot be set back
+    links: int  # hard links: 1 means the real path is the file's only name
 
     @property
-    def cache_key(self) -> tuple[str, int, int]:
-        return (self.real_path, self.mtime_ns, self.size)
+    def version(self) -> tuple[int, int, int, int, int]:
+        """The file and its state: another file, or any write to it, is another version."""
+        return (self.device, self.inode, self.size, self.mtime_ns, self.ctime_ns)
+
+    @property
+    def cache_key(self) -> tuple[str, int, int, int, int, int]:
+        return (self.real_path, *self.version)
+
+
+def file_version(info: os.stat_result) -> tuple[int, int, int, int, int]:
+    """`ResolvedClip.version` of what a stat says."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def check_clip_size(ref: PathAudio, size: int, max_file_bytes: int) -> None:
@@ -75,7 +90,25 @@ class PathPolicy:
         """The checks in the order of the answer a path gets for the first rule it breaks:
         inside the roots (403), exists and readable (`os_errors`), a regular file (400), its
         extension (400), its size (413). Content is sniffed when the clip is read."""
-        real_path, info = self._real_path_and_stat(ref)
+        return self.checked(ref, *self._real_path_and_stat(self.absolute(ref)))
+
+    def absolute(self, ref: PathAudio) -> str:
+        """The path a reference names, relative ones joined to `audio.root`."""
+        path = ref.location
+        if os.path.isabs(path):
+            return path
+        if not self.root:
+            raise InvalidRequest(
+                f"{ref.label}: relative path {path!r} needs audio.root, which is not set",
+                param=ref.param,
+                code="audio_root_unset",
+            )
+        return os.path.join(self.root, path)
+
+    def checked(
+        self, ref: PathAudio, real_path: str, info: os.stat_result | OSError
+    ) -> ResolvedClip:
+        """`resolve`'s rules applied to what the file system said of the path (no I/O)."""
         if not self._is_allowed(real_path):
             # Same answer whether or not the file exists: a 403 must not probe the disk.
             raise AudioOutsideRoots(
@@ -100,9 +133,11 @@ class PathPolicy:
             mtime_ns=info.st_mtime_ns,
             inode=info.st_ino,
             device=info.st_dev,
+            ctime_ns=info.st_ctime_ns,
+            links=info.st_nlink,
         )
 
-    def _real_path_and_stat(self, ref: PathAudio) -> tuple[str, os.stat_result | OSError]:
+    def _real_path_and_stat(self, path: str) -> tuple[str, os.stat_result | OSError]:
         """The path with `..` and every symlink resolved, and its stat (or why there is none).
 
         On Linux the kernel resolves it: an O_PATH descriptor (which opens nothing, so a FIFO
@@ -110,15 +145,6 @@ class PathPolicy:
         exist, `os.path.realpath` resolves what it can, so a missing file outside the roots
         still answers 403.
         """
-        path = ref.location
-        if not os.path.isabs(path):
-            if not self.root:
-                raise InvalidRequest(
-                    f"{ref.label}: relative path {path!r} needs audio.root, which is not set",
-                    param=ref.param,
-                    code="audio_root_unset",
-                )
-            path = os.path.join(self.root, path)
         if O_PATH:
             try:
                 fd = os.open(path, O_PATH | os.O_CLOEXEC)
@@ -143,6 +169,15 @@ class PathPolicy:
         )
 
 
+class RecentChecks(Protocol):
+    """Paths the full check passed moments ago (`recent.RecentPaths`)."""
+
+    def recheck(self, refs: list[PathAudio]) -> list[ResolvedClip] | None:
+        """Every ref re-checked without the full check, or None: then it must run."""
+
+    def remember(self, clips: Iterable[ResolvedClip], checked_at: float) -> None: ...
+
+
 Outcome = list[ResolvedClip] | Exception
 Batch = list[tuple[list[PathAudio], "asyncio.Future[list[ResolvedClip]]"]]
 
@@ -153,11 +188,14 @@ class BatchedResolver:
     Every request that asks during one event-loop iteration joins the same batch, so under load
     the hand-off to a thread (a queue put, a wake-up, one `call_soon_threadsafe` back) is paid
     once per batch rather than once per request; `queue.SimpleQueue` keeps that hand-off far
-    cheaper than an executor's futures. File-system calls never run on the event loop.
+    cheaper than an executor's futures. File-system calls never run on the event loop, but for
+    the one `stat` with which `recent` (`recent.RecentPaths`, on local file systems only)
+    re-checks a path the full check passed moments ago.
     """
 
-    def __init__(self, policy: PathPolicy, threads: int) -> None:
+    def __init__(self, policy: PathPolicy, threads: int, recent: RecentChecks | None = None):
         self.policy = policy
+        self.recent = recent
         self._pending: Batch = []
         self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, Batch] | None] = (
             queue.SimpleQueue()
@@ -170,12 +208,23 @@ class BatchedResolver:
             thread.start()
 
     async def resolve(self, refs: list[PathAudio]) -> list[ResolvedClip]:
+        recent = self.recent
+        if recent is None:
+            return await self._resolve(refs)
+        clips = recent.recheck(refs)
+        if clips is None:
+            started = time.monotonic()
+            clips = await self._resolve(refs)
+            recent.remember(clips, started)
+        return clips
+
+    def _resolve(self, refs: list[PathAudio]) -> asyncio.Future[list[ResolvedClip]]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[ResolvedClip]] = loop.create_future()
         if not self._pending:
             loop.call_soon(self._dispatch, loop)
         self._pending.append((refs, future))
-        return await future
+        return future
 
     def close(self) -> None:
         for _ in self._threads:

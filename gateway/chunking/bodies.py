@@ -73,16 +73,18 @@ def chunked_request(
     splice: Splice,
     part: MakePart,
     release: Callable[[], None] | None = None,
+    key: Callable[[Piece], str | None] | None = None,
 ) -> ChunkedRequest:
     """The plan for `body` (sidechannel already stripped): each piece's body is built when it
-    is about to be sent, so a long clip's pieces are not all held as base64 at once."""
+    is about to be sent, so a long clip's pieces are not all held as base64 at once; `key`
+    gives a piece body its clip key (`gateway.affinity`)."""
     template = msgspec.json.encode(body)
 
     def build(piece: Piece) -> SegmentedPayload:
         copy = msgspec.json.decode(template)
         placeholders = Placeholders()
         splice(copy, [part(piece_audio(piece, param), placeholders)])
-        return SegmentedPayload(placeholders.render(copy))
+        return SegmentedPayload(placeholders.render(copy), key(piece) if key else None)
 
     stream = body.get("stream") is True
     options = body.get("stream_options")

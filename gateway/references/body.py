@@ -40,10 +40,12 @@ class ReferencedBody:
         body: dict[str, Any],
         placeholders: Placeholders,
         parts: Sequence[ClipPart],
+        clip_key: str | None = None,
     ) -> None:
         self._body = body
         self._placeholders = placeholders
         self.parts = tuple(parts)
+        self.clip_key = clip_key  # every render carries it, the retry with data too
         self.keys = tuple(dict.fromkeys(part.key for part in parts))
 
     @classmethod
@@ -53,9 +55,10 @@ class ReferencedBody:
         placeholders: Placeholders,
         parts: Sequence[Part],
         base64_sizes: Sequence[int | None],
+        clip_key: str | None = None,
     ) -> ReferencedBody:
         """The spliced `body` and its audio `parts` (each with its uuid), in clip order, with
-        the base64 size each part carries (None: a URL, no placeholder)."""
+        the base64 size each part carries (None: a URL, no placeholder) and the clip key."""
         kwargs = kwargs_key(body)
         numbers = iter(range(len(placeholders)))  # one placeholder per part with bytes, in order
         clip_parts = []
@@ -64,7 +67,7 @@ class ReferencedBody:
             placeholder = None if size is None else next(numbers)
             key = (part["uuid"], kwargs)
             clip_parts.append(ClipPart(part, field, part[field], key, placeholder, size or 0))
-        return cls(body, placeholders, clip_parts)
+        return cls(body, placeholders, clip_parts, clip_key)
 
     def render(self, references: frozenset[ClipKey]) -> SegmentedPayload:
         """The body with the clips in `references` as uuid-only parts and the others whole."""
@@ -77,7 +80,7 @@ class ReferencedBody:
         finally:
             for p in by_reference:
                 p.part[p.field] = p.data
-        return SegmentedPayload(segments)
+        return SegmentedPayload(segments, self.clip_key)
 
     def by_reference(self, references: frozenset[ClipKey]) -> tuple[int, int]:
         """How many parts go by reference, and the base64 bytes that saves."""

@@ -119,7 +119,13 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
     if state.record:
         body = await request.read()
         state.requests.append(
-            ReceivedRequest(request.method, request.path_qs, dict(request.headers), body)
+            ReceivedRequest(
+                request.method,
+                request.path_qs,
+                dict(request.headers),
+                body,
+                tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers),
+            )
         )
     model_call = request.method == "POST"  # what vLLM's engine would run
     state.in_flight += model_call

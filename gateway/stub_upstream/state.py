@@ -18,6 +18,12 @@ class ReceivedRequest:
     path: str
     headers: dict[str, str]
     body: bytes
+    # Every header line as it came, in order, repeats kept (`headers` keeps one per name).
+    raw_headers: tuple[tuple[str, str], ...] = ()
+
+    def header_values(self, name: str) -> list[str]:
+        """Every value sent under `name`, in any case."""
+        return [value for key, value in self.raw_headers if key.lower() == name.lower()]
 
 
 @dataclass

@@ -97,7 +97,7 @@ class RowChecker:
         self.objects = objects or ObjectChecks(config)
         self.keys = SidechannelKeys(config.sidechannel.key_prefix)
         self.part_roots = config.content_part_roots()
-        self._heads: dict[tuple[str, int, int], _Head] = {}
+        self._heads: dict[tuple[str, int, int, int, int, int], _Head] = {}
         # [normalize]'s target form: what `check` counts clips against (None: it is off).
         self.form = TargetForm.of(config.normalize) if config.normalize.enabled else None
 

@@ -68,10 +68,12 @@ class Placeholders:
 
 
 class SegmentedPayload:
-    """A request body of byte segments and streamed clips, with its exact length."""
+    """A request body of byte segments and streamed clips, with its exact length, and the key
+    of the clips it carries (`gateway.affinity`; None: no audio, or no key asked for)."""
 
-    def __init__(self, segments: list[Segment]) -> None:
+    def __init__(self, segments: list[Segment], clip_key: str | None = None) -> None:
         self._segments = segments
+        self.clip_key = clip_key
         self.size = sum(len(s) if isinstance(s, bytes) else s.nbytes for s in segments)
 
     @property

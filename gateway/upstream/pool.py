@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from pydantic import SecretStr
 
+from ..affinity import with_clip_key
 from ..auth import with_upstream_key
 from ..origin import UpstreamOrigin
 from .body import SegmentedPayload
@@ -100,9 +101,12 @@ class UpstreamPool:
         read_timeout: float,
         max_connections: int,
         api_key: SecretStr | None = None,
+        affinity_headers: Sequence[str] = (),
     ) -> None:
         """With `api_key` (`upstream.api_key`), every request carries its Bearer credential in
-        place of the client's Authorization: one place for every route that goes upstream."""
+        place of the client's Authorization; with `affinity_headers` (`[routing]`), every body
+        that carries a clip key sends it in those headers, in place of the client's: one place
+        for every route that goes upstream."""
         if origin.tls and ssl_context is None:
             raise ValueError("an https origin needs an SSL context")
         self.origin = origin
@@ -114,6 +118,7 @@ class UpstreamPool:
         self._idle: list[UpstreamConnection] = []
         self._slots = asyncio.Semaphore(max_connections) if max_connections else None
         self._api_key = api_key if api_key and api_key.get_secret_value() else None
+        self._affinity_headers = tuple(affinity_headers)
 
     async def request(
         self,
@@ -139,6 +144,8 @@ class UpstreamPool:
         length = content_length
         if self._api_key is not None:
             headers = with_upstream_key(list(headers), self._api_key)
+        if self._affinity_headers and isinstance(body, SegmentedPayload) and body.clip_key:
+            headers = with_clip_key(headers, self._affinity_headers, body.clip_key)
         if self._slots is not None:
             await self._slots.acquire()
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -52,10 +52,13 @@ RELAY_FAILURES = (UpstreamClosed, UpstreamTimedOut, OSError)
 
 
 def create_upstream_pool(
-    config: UpstreamConfig, ssl_context: ssl.SSLContext | None
+    config: UpstreamConfig,
+    ssl_context: ssl.SSLContext | None,
+    affinity_headers: Sequence[str] = (),
 ) -> UpstreamPool:
     """The process's one pool of keep-alive connections to the upstream; `ssl_context` is
-    `config.origin().ssl_context()`, built once at start-up (it reads the CA files)."""
+    `config.origin().ssl_context()`, built once at start-up (it reads the CA files);
+    `affinity_headers` carry each body's clip key (`[routing]`)."""
     return UpstreamPool(
         config.origin(),
         ssl_context=ssl_context,
@@ -63,6 +66,7 @@ def create_upstream_pool(
         read_timeout=config.read_timeout_seconds,
         max_connections=config.max_connections,
         api_key=config.api_key,
+        affinity_headers=affinity_headers,
     )
 
 

@@ -2,13 +2,16 @@
 started once per test run, all of them at once in the background when the first engine test
 needs one, and stopped at the end of the run (or by engine/server.py's atexit hook).
 
-Two servers, chosen to need as few start-ups (~50 s each) as the tests allow:
+Three servers, chosen to need as few start-ups (~50 s each) as the tests allow:
 - `qwen_engine`, the tiny Qwen2-Audio on a TCP port of 127.0.0.1, with what every chat test
   needs at once: `--allowed-local-media-path` on the clip root (file_url mode),
   `VLLM_SERVER_DEV_MODE=1` (`/reset_mm_cache`) and a processor cache of about two clips
   (`--mm-processor-cache-gb`), so that evictions are real; the restart test restarts this one.
 - `whisper_engine`, the tiny Whisper, on a Unix socket (`--uds`): the speech-to-text tests are
   also the tests of a Unix-socket upstream.
+- the replica: `qwen_engine` again (same model, flags and served name) on a port of its own;
+  `qwen_replicas` is the pair, and `make_router` starts a real vllm-router in front of it
+  (its venv: `.ci/router/install`, ROUTER_VENV), stopped at the end of the test.
 
 Without the engine's venv (`engine/install`) the tests are skipped with the command to run,
 except in CI (`CI=true`) or with `AUDIO_GATEWAY_ENGINE=required`, where they fail. An engine
@@ -19,17 +22,20 @@ Every clip is 16 kHz: this vLLM has no resampler (torchaudio is left out of its 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engine import router as engine_router
+from engine.router import RouterServer
 from engine.server import (
     EngineServer,
     EngineStartError,
@@ -38,7 +44,7 @@ from engine.server import (
     venv_problem,
 )
 from tests.engine.specs import MM_CACHE_GB as MM_CACHE_GB  # the tests' import of it
-from tests.engine.specs import QWEN, WHISPER, special_tokens, specs
+from tests.engine.specs import QWEN, QWEN_REPLICA, WHISPER, special_tokens, specs
 
 ENGINE_REQUIRED = (
     os.environ.get("CI", "").lower() == "true"
@@ -136,7 +142,8 @@ def engines(
     media_root = Path(tempfile.mkdtemp(prefix="engine-audio-")).resolve()
     workdir = tmp_path_factory.mktemp("engines")
     servers = {
-        name: EngineServer(spec, venv, workdir) for name, spec in specs(models, media_root).items()
+        name: EngineServer(spec, venv, workdir / name)
+        for name, spec in specs(models, media_root).items()
     }
     engines = Engines(servers, media_root, models)
     engines.start()
@@ -157,6 +164,47 @@ def qwen_engine(engines: Engines) -> EngineServer:
 @pytest.fixture(scope="session")
 def whisper_engine(engines: Engines) -> EngineServer:
     return engines.healthy(WHISPER)
+
+
+@pytest.fixture(scope="session")
+def qwen_replicas(engines: Engines) -> tuple[EngineServer, EngineServer]:
+    """Two replicas of the tiny Qwen2-Audio: `qwen_engine` and a second server like it."""
+    return engines.healthy(QWEN), engines.healthy(QWEN_REPLICA)
+
+
+@pytest.fixture(scope="session")
+def router_venv() -> Path:
+    """vllm-router's venv; without it the test is skipped, or failed where it is required."""
+    path = engine_router.router_venv()
+    problem = engine_router.router_problem(path)
+    if problem is not None:
+        if ENGINE_REQUIRED:
+            pytest.fail(f"the real-engine suite is required here, but {problem}", pytrace=False)
+        pytest.skip(problem)
+    return path
+
+
+RouterFactory = Callable[..., Awaitable[RouterServer]]
+
+
+@pytest.fixture
+async def make_router(
+    qwen_replicas: tuple[EngineServer, EngineServer], router_venv: Path, tmp_path: Path
+) -> AsyncIterator[RouterFactory]:
+    """`await make_router(policy, flags)`: a started vllm-router in front of both replicas."""
+    routers: list[RouterServer] = []
+
+    async def start(
+        policy: str, flags: Sequence[str] = engine_router.RECOVERY_FLAGS
+    ) -> RouterServer:
+        urls = [replica.url for replica in qwen_replicas]
+        router = RouterServer(router_venv, urls, policy, tmp_path, flags)
+        routers.append(router)
+        return await asyncio.to_thread(router.start)
+
+    yield start
+    for router in routers:
+        await asyncio.to_thread(router.stop)
 
 
 @pytest.fixture(scope="session")

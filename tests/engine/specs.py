@@ -9,6 +9,9 @@ from pathlib import Path
 from engine.server import EngineSpec
 
 QWEN = "tiny-qwen2-audio"
+# A second server of the same model under the same served name: the replica beside QWEN that
+# vllm-router spreads over in the many-replicas tests.
+QWEN_REPLICA = "tiny-qwen2-audio-replica"
 WHISPER = "tiny-whisper"
 # About 4 MB: the processed features of one clip are 128 x 3000 float32 (1.5 MB) whatever its
 # length, so this holds two clips and a third evicts the oldest.
@@ -16,8 +19,9 @@ MM_CACHE_GB = "0.004"
 
 
 def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
-    """Both servers: `models` is what `engine.server.build_models` returns, `media_root` the
-    directory `--allowed-local-media-path` names."""
+    """Every server, by name: `models` is what `engine.server.build_models` returns,
+    `media_root` the directory `--allowed-local-media-path` names. QWEN_REPLICA is QWEN again
+    (the same flags, name and clip root), a second replica of one deployment."""
     # vLLM tries torchcodec first and warns on every request that it cannot (no FFmpeg here)
     soundfile = json.dumps({"audio": {"audio_backend": "soundfile"}})
     silence_torchcodec = ["--media-io-kwargs", soundfile]
@@ -30,21 +34,23 @@ def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
         *("--structured-outputs-config", structured),
         *("--enable-auto-tool-choice", "--tool-call-parser", "pythonic"),
     ]
+    qwen = EngineSpec(
+        QWEN,
+        models["qwen2-audio"],
+        flags=[
+            *("--max-model-len", "2048", "--max-num-seqs", "16"),
+            *("--max-num-batched-tokens", "4096"),
+            *("--limit-mm-per-prompt", json.dumps({"audio": 2})),
+            *("--mm-processor-cache-gb", MM_CACHE_GB),
+            *("--allowed-local-media-path", str(media_root)),
+            *silence_torchcodec,
+            *tool_calls,
+        ],
+        env={"VLLM_SERVER_DEV_MODE": "1"},
+    )
     return {
-        QWEN: EngineSpec(
-            QWEN,
-            models["qwen2-audio"],
-            flags=[
-                *("--max-model-len", "2048", "--max-num-seqs", "16"),
-                *("--max-num-batched-tokens", "4096"),
-                *("--limit-mm-per-prompt", json.dumps({"audio": 2})),
-                *("--mm-processor-cache-gb", MM_CACHE_GB),
-                *("--allowed-local-media-path", str(media_root)),
-                *silence_torchcodec,
-                *tool_calls,
-            ],
-            env={"VLLM_SERVER_DEV_MODE": "1"},
-        ),
+        QWEN: qwen,
+        QWEN_REPLICA: qwen,
         WHISPER: EngineSpec(
             WHISPER,
             models["whisper"],

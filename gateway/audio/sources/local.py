@@ -29,7 +29,7 @@ class LocalClip:
         return self.clip.ref
 
     @property
-    def cache_key(self) -> tuple[str, int, int]:
+    def cache_key(self) -> tuple[str, int, int, int, int, int]:
         return self.clip.cache_key
 
     @property

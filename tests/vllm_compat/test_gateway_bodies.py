@@ -1,4 +1,4 @@
-"""The gateway's bodies, judged by vLLM 0.33's own code (skipped unless `vllm` imports).
+"""The gateway's bodies, judged by vLLM's own code (0.33 and 0.34; skipped unless `vllm` imports).
 
 Each request goes through a real gateway to the stub, which records the body it received;
 that body is then run through what a vLLM server runs on it, in process and without an
@@ -7,8 +7,8 @@ content-part parser (`parse_chat_messages_async`, with a tracker that needs no M
 or HF processor) and the `MediaConnector` audio loading behind it. The decoded samples
 must equal vLLM's decoding of the original files, bit for bit.
 
-Run it with `.ci/vllm-compat` (builds a venv with vllm 0.33.0 and runs this module), or in any
-environment with `pip install 'vllm[audio]==0.33.0'`: `python -m pytest tests/test_vllm_compat.py`.
+Run it with `.ci/vllm-compat` (a venv per vLLM version, then these modules in each), or in any
+environment with `pip install 'vllm[audio]==0.34.0'`: `python -m pytest tests/vllm_compat`.
 """
 
 from __future__ import annotations
@@ -19,22 +19,20 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy
 import pytest
 import soundfile
 
-vllm = pytest.importorskip("vllm", reason="needs vllm[audio]==0.33.0 (see .ci/vllm-compat)")
-if not vllm.__version__.startswith("0.33."):
-    pytest.skip(f"written against vLLM 0.33, found {vllm.__version__}", allow_module_level=True)
+from tests.vllm_compat.versions import require_vllm
+
+require_vllm()
 
 with warnings.catch_warnings():  # vLLM's imports warn about the torch build; not our concern
     warnings.simplefilter("ignore")
     from pydantic import ValidationError
     from vllm.config.multimodal import MultiModalConfig
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
     from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
     from vllm.exceptions import GenerationError, VLLMValidationError
@@ -51,45 +49,7 @@ from tests.test_decode_limits import (  # noqa: E402
     flac_streaminfo_only,
     write_silence_wav,
 )
-
-Decoded = tuple[numpy.ndarray, float]
-
-
-# --- vLLM's request path, without an engine ------------------------------------------------
-
-
-@dataclass
-class VllmResult:
-    conversation: list[dict[str, Any]]
-    audio: list[Decoded]
-    uuids: list[str | None]
-
-
-@pytest.fixture
-def vllm_chat(
-    monkeypatch: pytest.MonkeyPatch, audio_dir: Path
-) -> Any:  # -> Callable[[dict], Awaitable[VllmResult]]
-    """Validate a chat body as vLLM does and load its audio with vLLM's parser and
-    MediaConnector; `--allowed-local-media-path` is the stub's (the audio root's parent)."""
-    monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", ModelFreeTracker)
-    model_config = SimpleNamespace(
-        multimodal_config=None,
-        allowed_local_media_path=str(audio_dir.parent),
-        allowed_media_domains=None,
-        hf_config=SimpleNamespace(),
-        is_multimodal_model=True,
-        enable_prompt_embeds=False,
-    )
-
-    async def run(body: dict[str, Any]) -> VllmResult:
-        request = ChatCompletionRequest.model_validate(body)
-        conversation, mm_data, mm_uuids = await chat_message.parse_chat_messages_async(
-            request.messages, model_config, "string"
-        )
-        audio = (mm_data or {}).get("audio", [])
-        return VllmResult(conversation, list(audio), list((mm_uuids or {}).get("audio", [])))
-
-    return run
+from tests.vllm_compat.conftest import Decoded, VllmChat, starlette_json  # noqa: E402
 
 
 def vllm_decodes(path: Path) -> Decoded:
@@ -212,7 +172,7 @@ async def test_vllm_accepts_and_decodes_what_the_gateway_sends(
     make_gateway: GatewayFactory,
     stub: StubState,
     clips: dict[str, Path],
-    vllm_chat: Any,
+    vllm_chat: VllmChat,
     name: str,
     form: str,
 ) -> None:
@@ -225,7 +185,7 @@ async def test_vllm_accepts_and_decodes_what_the_gateway_sends(
     paths = [clips[clip] for clip in carried]
 
     if received.path == "/v1/responses":
-        # vLLM 0.33 validates Responses input with the openai SDK's types: a message part is
+        # vLLM 0.33 and 0.34 validate Responses input with the openai SDK's types: a message part is
         # input_text / input_image / input_file only. No audio part passes (issue #8).
         with pytest.raises(ValidationError):
             ResponsesRequest.model_validate(body)
@@ -251,7 +211,7 @@ async def test_input_audio_formats_vllm_takes_are_the_ones_the_gateway_sends(
     make_gateway: GatewayFactory,
     stub: StubState,
     clips: dict[str, Path],
-    vllm_chat: Any,
+    vllm_chat: VllmChat,
     fmt: str,
 ) -> None:
     """A user message holding only an `input_audio` part with `format` outside the literal
@@ -355,14 +315,9 @@ async def stub_client(stub_server: Any) -> Any:
         yield client
 
 
-def starlette_json(error: Any) -> str:
-    """vLLM's ErrorResponse as its JSONResponse writes it (Starlette's compact json.dumps)."""
-    return json.dumps(error.model_dump(), ensure_ascii=False, separators=(",", ":"))
-
-
 @pytest.mark.parametrize("shape", list(UUID_ONLY_PARTS))
 async def test_vllm_takes_uuid_only_parts_and_the_stub_reads_them_alike(
-    vllm_chat: Any, stub_client: Any, clips: dict[str, Path], shape: str
+    vllm_chat: VllmChat, stub_client: Any, clips: dict[str, Path], shape: str
 ) -> None:
     path = clips["speech.wav"]
     key = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -389,7 +344,7 @@ async def test_vllm_takes_uuid_only_parts_and_the_stub_reads_them_alike(
     "kind", ["audio_url", "audio_url-string", "audio_url-untyped", "input_audio"]
 )
 async def test_data_with_a_uuid_decodes_as_before(
-    vllm_chat: Any, stub_client: Any, clips: dict[str, Path], kind: str
+    vllm_chat: VllmChat, stub_client: Any, clips: dict[str, Path], kind: str
 ) -> None:
     path = clips["speech.wav"]
     body = user_body(data_parts(path, KEY)[kind])
@@ -404,7 +359,7 @@ async def test_data_with_a_uuid_decodes_as_before(
 
 @pytest.mark.parametrize("part", [{"type": "audio_url"}, {"type": "input_audio"}, {}])
 async def test_a_uuid_part_without_its_media_key_is_the_same_400_in_vllm_and_the_stub(
-    vllm_chat: Any, stub_client: Any, part: dict[str, Any]
+    vllm_chat: VllmChat, stub_client: Any, part: dict[str, Any]
 ) -> None:
     body = user_body({**part, "uuid": KEY})
     with pytest.raises(VLLMValidationError) as caught:
