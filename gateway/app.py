@@ -19,7 +19,13 @@ from aiohttp.typedefs import Middleware
 from . import __version__
 from .audio.roots import local_roots
 from .auth import ApiKeys, require_api_key
-from .bridge import BridgedRequest, carries_audio_parts, responses_to_chat
+from .bridge import (
+    BridgedRequest,
+    carries_audio_parts,
+    refuse_bridged_previous,
+    refuse_lookup,
+    responses_to_chat,
+)
 from .bridge.relay import bridge_headers, chat_target, relay_bridged
 from .chunking.answers import answer_chunked
 from .chunking.bodies import ChunkedRequest
@@ -122,6 +128,8 @@ def create_app(config: Config) -> web.Application:
     app.router.add_post("/v1/audio/translations", speech, name="translations")
     app.router.register_resource(websockets := WebSocketUpgrades(name="websocket"))
     websockets.add_route("GET", websocket)
+    lookup = "/v1/responses/{response_id}{tail:(/.*)?}"  # GET, DELETE, /cancel, /input_items
+    app.router.add_route("*", lookup, response_lookup, name="response_lookup")
     app.router.add_route("*", "/{tail:.*}", passthrough, name="passthrough")
     return app
 
@@ -206,6 +214,7 @@ def bridging(shape: RouteShape, route: str) -> Handler:
         started = time.perf_counter()
         raw = await read_decoded_body(request, request.app[config_key].server.max_body_bytes)
         body = parse_json_object(raw)
+        refuse_bridged_previous(body)
         pipeline = request.app[pipeline_key]
         audio = pipeline.keys.carries(body) or carries_audio_parts(body)
         bridged = responses_to_chat(body) if audio else None
@@ -291,6 +300,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if (references := request.app.get(reference_relay_key)) is not None:
         references.after_passthrough(request, response)
     return response
+
+
+async def response_lookup(request: web.Request) -> web.StreamResponse:
+    """A stored response named by id: the bridge stores nothing, so one of its ids is a clear
+    404; any other id is the upstream's, relayed untouched."""
+    refuse_lookup(request.match_info["response_id"])
+    return await passthrough(request)
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:

@@ -5,6 +5,7 @@
     ├── AuthenticationFailed          401 authentication_error
     ├── AudioOutsideRoots             403 permission_error
     ├── AudioNotFound                 404 not_found_error
+    ├── ResponseNotStored             404 not_found_error (a bridged answer, never stored)
     ├── AudioFileChanged              409 conflict_error
     ├── PayloadTooLarge               413 invalid_request_error
     ├── UnsupportedMediaType          415 invalid_request_error
@@ -68,6 +69,13 @@ class AudioOutsideRoots(GatewayError):
 
 
 class AudioNotFound(GatewayError):
+    status = 404
+    error_type = "not_found_error"
+
+
+class ResponseNotStored(GatewayError):
+    """A lookup of a Responses id the audio bridge answered: it stores nothing."""
+
     status = 404
     error_type = "not_found_error"
 

@@ -215,3 +215,17 @@ async def read_event(stream: StreamReader) -> dict[str, Any]:
         field, _, value = line.rstrip("\r\n").partition(": ")
         event[field] = json.loads(value) if field == "data" else value
     return event
+
+
+def forced_call_events(deltas: int) -> list[str]:
+    """The Responses event types of a streamed answer that is one function call whose
+    arguments came in `deltas` pieces."""
+    return [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        *["response.function_call_arguments.delta"] * deltas,
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]

@@ -1,17 +1,18 @@
 """Chat-completions SSE chunks as Responses stream events. Pure: bytes and dicts in, events out.
 
-`SSEDecoder` cuts the upstream's byte stream into `data:` payloads as bytes arrive;
-`ChatStreamTranslator` turns each chat chunk into the Responses events it completes, in the
-documented order:
+`ChatStreamTranslator` turns each chat chunk into the Responses events it completes:
 
     response.created, response.in_progress,
-    [reasoning item: output_item.added, content_part.added, reasoning_text.delta...,
-     reasoning_text.done, content_part.done, output_item.done]
-    response.output_item.added, response.content_part.added, response.output_text.delta...,
-    response.output_text.done, response.content_part.done, response.output_item.done,
-    response.completed (or response.incomplete when the chat answer stopped for length)
+    the output items, each whole before the next starts (`stream_items.py`), in the order the
+    model generated them: reasoning, the message (output_text and refusal parts), one
+    function_call per tool call (a new tool-call index ends the call before it),
+    response.completed (or response.incomplete when the chat answer stopped for length;
+    response.failed after vLLM's mid-stream error chunk, which is also sent as `error`)
 
-every event with the next `sequence_number`.
+every event with the next `sequence_number`. An answer with neither text nor a call still gets
+an (empty) message, as the non-streamed answer does. A chunk's logprobs ride on the
+`response.output_text.delta` of its text; those of reasoning or call tokens have no place in a
+Responses event and are not sent.
 """
 
 from __future__ import annotations
@@ -20,52 +21,17 @@ from typing import Any
 
 import msgspec
 
-from .answer import (
-    ResponseIds,
-    finish_status,
-    message_item,
-    output_text_part,
-    reasoning_item,
-    reasoning_text,
-    response_object,
-)
+from .answer import CARRIED_ANSWER_FIELDS, ResponseIds, finish_status, response_object
+from .outputs import part_logprobs, reasoning_text
 from .request import BridgedRequest
+from .sse import SSEDecoder
+from .stream_items import CallWriter, Event, ItemWriter, MessageWriter, ReasoningWriter, event
 
-Event = dict[str, Any]
 DONE = b"[DONE]"
 
 
-class SSEDecoder:
-    """Server-sent events to their `data` payloads, fed in pieces of any size."""
-
-    def __init__(self) -> None:
-        self._pending = b""
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """The data of every event completed by `chunk` (multi-line data joined by newlines)."""
-        # joined before replacing: a CR ending one chunk and its LF starting the next are a pair
-        self._pending = (self._pending + chunk).replace(b"\r\n", b"\n")
-        *events, self._pending = self._pending.split(b"\n\n")
-        return [data for event in events if (data := _data_of(event)) is not None]
-
-    def close(self) -> list[bytes]:
-        """The last event, when the stream ended without its blank line."""
-        event, self._pending = self._pending, b""
-        data = _data_of(event)
-        return [] if data is None else [data]
-
-
-def _data_of(event: bytes) -> bytes | None:
-    lines = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line[:5] == b"data:"]
-    return b"\n".join(lines) if lines else None
-
-
-def encode_event(event: Event) -> bytes:
-    return b"event: %b\ndata: %b\n\n" % (event["type"].encode(), msgspec.json.encode(event))
-
-
 class ChatStreamTranslator:
-    """One bridged stream's state: which items are open, the text so far, the next number."""
+    """One bridged stream's state: the open item, the finished ones, the next number."""
 
     def __init__(self, bridged: BridgedRequest, ids: ResponseIds, metadata: Any) -> None:
         self._bridged = bridged
@@ -74,20 +40,24 @@ class ChatStreamTranslator:
         self._sequence = 0
         self._model: Any = None
         self._usage: Any = None
+        self._carried: dict[str, Any] = {}
         self._finish_reason: Any = None
-        self._reasoning: list[str] | None = None  # from the first reasoning delta on
-        self._reasoning_closed = False
-        self._text: list[str] | None = None  # from the first content delta on
+        self._open: ItemWriter | None = None
+        self._open_call: int | None = None  # the chat tool-call index of the open call
+        self._calls_seen: set[int] = set()
+        self._unnamed: dict[int, dict[str, Any]] = {}  # call deltas before their name came
         self._failure: dict[str, Any] | None = None
         self._decoder = SSEDecoder()
         self._done: list[dict[str, Any]] = []  # finished output items
 
     def start(self) -> list[Event]:
         snapshot = self._response("in_progress")
-        return [
-            self._event("response.created", response=snapshot),
-            self._event("response.in_progress", response=snapshot),
-        ]
+        return self._numbered(
+            [
+                event("response.created", response=snapshot),
+                event("response.in_progress", response=snapshot),
+            ]
+        )
 
     def feed_sse(self, chunk: bytes) -> list[Event]:
         """The events a piece of the upstream's SSE byte stream completes."""
@@ -104,125 +74,138 @@ class ChatStreamTranslator:
         if not isinstance(chunk, dict) or self._failure is not None:
             return []
         if isinstance(chunk.get("error"), dict):
-            return self._error(chunk["error"])
-        self._model = chunk.get("model", self._model)
-        self._usage = chunk.get("usage") or self._usage
+            return self._numbered(self._error(chunk["error"]))
+        self._note(chunk)
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return []
         choice = choices[0]
         self._finish_reason = choice.get("finish_reason") or self._finish_reason
         delta = choice.get("delta")
-        return self._delta(delta) if isinstance(delta, dict) else []
+        if not isinstance(delta, dict):
+            return []
+        return self._numbered(self._delta(delta, choice.get("logprobs")))
 
     def finish(self) -> list[Event]:
         """The closing events, after the upstream's [DONE] (or its end of stream)."""
         tail = [event for data in self._decoder.close() for event in self.feed(data)]
-        return tail + self._closing()
+        return tail + self._numbered(self._closing())
+
+    def _note(self, chunk: dict[str, Any]) -> None:
+        self._model = chunk.get("model", self._model)
+        self._usage = chunk.get("usage") or self._usage
+        for key in CARRIED_ANSWER_FIELDS:
+            if chunk.get(key) is not None:
+                self._carried[key] = chunk[key]
 
     def _closing(self) -> list[Event]:
+        unnamed = "the upstream streamed a tool call without its name"
+        events = self._error({"message": unnamed}) if self._unnamed else []
         if self._failure is not None:
             failed = self._response("failed")
             failed["error"] = self._failure
-            return [self._event("response.failed", response=failed)]
+            return [*events, event("response.failed", response=failed)]
         status, reason = finish_status(self._finish_reason)
-        events = self._close_reasoning()
-        if self._text is None:
-            events += self._open_message()
-        events += self._close_message(status)
-        final = self._response(status, reason)
+        answered = any(item["type"] in ("message", "function_call") for item in self._done)
+        if not answered and not isinstance(self._open, MessageWriter | CallWriter):
+            events += self._switch(MessageWriter, "msg")  # an empty answer is an empty message
+        events += self._close(status)
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        return [*events, self._event(kind, response=final)]
+        return [*events, event(kind, response=self._response(status, reason))]
 
-    # --- items ---------------------------------------------------------------------------------
+    # --- deltas --------------------------------------------------------------------------------
 
-    def _delta(self, delta: dict[str, Any]) -> list[Event]:
+    def _delta(self, delta: dict[str, Any], logprobs: Any) -> list[Event]:
         events: list[Event] = []
         thought = reasoning_text(delta)
         if thought:
-            events += self._reason(thought)
-        content = delta.get("content")
-        if isinstance(content, str) and content:
-            events += self._close_reasoning()
-            if self._text is None:
-                events += self._open_message()
-            assert self._text is not None
-            self._text.append(content)
-            events.append(self._in_message("response.output_text.delta", delta=content))
+            events += self._reasoning(events).add(thought)
+        content, refusal = delta.get("content"), delta.get("refusal")
+        tokens = part_logprobs(logprobs)
+        if (isinstance(content, str) and content) or (tokens and self._is_text_only(delta)):
+            events += self._message(events).text(content or "", tokens)
+        if isinstance(refusal, str) and refusal:
+            events += self._message(events).refusal(refusal)
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict) and self._failure is None:
+                events += self._tool_call(call)
         return events
 
-    def _reason(self, thought: str) -> list[Event]:
-        if self._reasoning_closed:
-            return []  # vLLM's reasoning parsers end reasoning before content: never reached
-        events: list[Event] = []
-        if self._reasoning is None:
-            self._reasoning = []
-            item = reasoning_item(self._ids.reasoning, None, "in_progress")
-            events.append(self._item_event("response.output_item.added", item))
-            part = {"type": "reasoning_text", "text": ""}
-            events.append(self._in_reasoning("response.content_part.added", part=part))
-        self._reasoning.append(thought)
-        events.append(self._in_reasoning("response.reasoning_text.delta", delta=thought))
-        return events
+    def _is_text_only(self, delta: dict[str, Any]) -> bool:
+        """A chunk of logprobs and no text (a token that decodes to nothing yet) is text
+        when nothing else is under way."""
+        nothing_else = not reasoning_text(delta) and not delta.get("tool_calls")
+        return nothing_else and not isinstance(self._open, ReasoningWriter | CallWriter)
 
-    def _close_reasoning(self) -> list[Event]:
-        if self._reasoning is None or self._reasoning_closed:
+    def _reasoning(self, events: list[Event]) -> ReasoningWriter:
+        if not isinstance(self._open, ReasoningWriter):
+            events += self._switch(ReasoningWriter, "rs")
+        assert isinstance(self._open, ReasoningWriter)
+        return self._open
+
+    def _message(self, events: list[Event]) -> MessageWriter:
+        if not isinstance(self._open, MessageWriter):
+            events += self._switch(MessageWriter, "msg")
+        assert isinstance(self._open, MessageWriter)
+        return self._open
+
+    def _tool_call(self, call: dict[str, Any]) -> list[Event]:
+        index = call.get("index", 0)
+        function: dict[str, Any] = (
+            call["function"] if isinstance(call.get("function"), dict) else {}
+        )
+        arguments = function.get("arguments") or ""
+        if index == self._open_call and isinstance(self._open, CallWriter):
+            return self._open.add(arguments)
+        if index in self._calls_seen:
+            message = f"the upstream streamed tool call {index} again after another item began"
+            return self._error({"message": message})
+        pending = self._unnamed.setdefault(index, {"id": None, "arguments": []})
+        pending["id"] = call.get("id") or pending["id"]
+        pending["arguments"].append(arguments)
+        if not isinstance(function.get("name"), str):
+            return []  # its item opens with its name
+        del self._unnamed[index]
+        events = self._close("completed")
+        output_index = len(self._done)
+        item_id = self._ids.item("fc", output_index)
+        self._open = CallWriter(item_id, output_index, pending["id"] or item_id, function["name"])
+        self._open_call = index
+        self._calls_seen.add(index)
+        return [*events, *self._open.open(), *self._open.add("".join(pending["arguments"]))]
+
+    # --- items -------------------------------------------------------------------------------
+
+    def _switch(self, writer: type[ReasoningWriter | MessageWriter], prefix: str) -> list[Event]:
+        """Close the open item (it is complete: another began) and open one of `writer`'s."""
+        events = self._close("completed")
+        output_index = len(self._done)
+        first = not any(item["type"] == writer.kind for item in self._done)
+        first_id = self._ids.message if prefix == "msg" else self._ids.reasoning
+        item_id = first_id if first else self._ids.item(prefix, output_index)
+        self._open = writer(item_id, output_index)
+        return events + self._open.open()
+
+    def _close(self, status: str) -> list[Event]:
+        if self._open is None:
             return []
-        self._reasoning_closed = True
-        text = "".join(self._reasoning)
-        part = {"type": "reasoning_text", "text": text}
-        item = reasoning_item(self._ids.reasoning, text)
-        events = [
-            self._in_reasoning("response.reasoning_text.done", text=text),
-            self._in_reasoning("response.content_part.done", part=part),
-            self._item_event("response.output_item.done", item),
-        ]
+        events, item = self._open.close(status)
         self._done.append(item)
-        return events
-
-    def _open_message(self) -> list[Event]:
-        self._text = []
-        item = message_item(self._ids.message, None, "in_progress")
-        return [
-            self._item_event("response.output_item.added", item),
-            self._in_message("response.content_part.added", part=output_text_part("")),
-        ]
-
-    def _close_message(self, status: str) -> list[Event]:
-        text = "".join(self._text or [])
-        item = message_item(self._ids.message, text, status)
-        events = [
-            self._in_message("response.output_text.done", text=text, logprobs=[]),
-            self._in_message("response.content_part.done", part=output_text_part(text)),
-            self._item_event("response.output_item.done", item),
-        ]
-        self._done.append(item)
+        self._open, self._open_call = None, None
         return events
 
     # --- event shapes --------------------------------------------------------------------------
 
-    def _event(self, kind: str, **fields: Any) -> Event:
-        event = {"type": kind, "sequence_number": self._sequence, **fields}
-        self._sequence += 1
-        return event
-
-    def _item_event(self, kind: str, item: dict[str, Any]) -> Event:
-        return self._event(kind, output_index=len(self._done), item=item)
-
-    def _in_reasoning(self, kind: str, **fields: Any) -> Event:
-        return self._event(
-            kind, item_id=self._ids.reasoning, output_index=0, content_index=0, **fields
-        )
-
-    def _in_message(self, kind: str, **fields: Any) -> Event:
-        if kind == "response.output_text.delta":
-            fields["logprobs"] = []
-        return self._event(
-            kind, item_id=self._ids.message, output_index=len(self._done), content_index=0, **fields
-        )
+    def _numbered(self, events: list[Event]) -> list[Event]:
+        for one in events:
+            one["sequence_number"] = self._sequence
+            self._sequence += 1
+        return events
 
     def _error(self, error: dict[str, Any]) -> list[Event]:
-        """vLLM's mid-stream error chunk: an `error` event now, `response.failed` at the end."""
+        """vLLM's mid-stream error chunk (or a stream the bridge cannot order): an `error`
+        event now, `response.failed` at the end."""
         if self._failure is not None:
             return []
         message = error.get("message")
@@ -231,7 +214,7 @@ class ChatStreamTranslator:
         self._failure = {"code": "server_error", "message": message}
         code, param = error.get("code"), error.get("param")
         return [
-            self._event(
+            event(
                 "error",
                 code=None if code is None else str(code),
                 message=message,
@@ -249,4 +232,5 @@ class ChatStreamTranslator:
             output=list(self._done),
             usage=self._usage,
             metadata=self._metadata,
+            upstream=self._carried,
         )

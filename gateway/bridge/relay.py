@@ -21,8 +21,9 @@ from ..upstream.body import SegmentedPayload
 from ..upstream.pool import UpstreamPool, UpstreamResponse
 from ..upstream.relay import RELAY_FAILURES, relay_answer, upstream_errors
 from . import BridgedRequest, ChatStreamTranslator, ResponseIds, encode_event
-from .answer import chat_to_response, invalid_answer
-from .events import Event
+from .answer import chat_to_response
+from .outputs import invalid_answer
+from .stream_items import Event
 
 log = logging.getLogger("gateway.bridge_relay")  # named before the move: log filters key on it
 

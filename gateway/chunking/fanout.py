@@ -21,7 +21,7 @@ import msgspec
 from aiohttp import web
 
 from ..bridge import SSEDecoder
-from ..bridge.answer import invalid_answer
+from ..bridge.outputs import invalid_answer
 from ..errors import GatewayError
 from ..metrics import GatewayMetrics
 from ..upstream.pool import UpstreamPool, UpstreamResponse

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .body_log import BodyLog
 from .cache_control import add_cache_control_routes, add_mm_cache_arguments, admit_audio
+from .chat_answer import ChatAnswer
 from .media import AUDIO_FETCH_TIMEOUT_SECONDS, ClipReport, StubRejection
 from .mm_cache import DEFAULT_CACHE_GB, GIB, AudioItem, MmProcessorCache
 from .mm_kwargs import check_request_mm_kwargs
@@ -24,6 +25,7 @@ from .realtime import echo_session, realtime
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 from .tokens import TokenFields, token_fields, tokenize
+from .tool_calls import check_tool_usage
 from .vllm_metrics import count_http_request, http_requests_key, vllm_metrics
 from .window import (
     ANSWER_KEY,
@@ -167,6 +169,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise StubRejection("'messages' must be a non-empty list")
     state = request.app[stub_state_key]
     check_request_mm_kwargs(body, state.trust_request_mm_kwargs)
+    check_tool_usage(body)
     if state.body_log is not None:
         await state.body_log.append(await request.read())
     items: list[AudioItem] = []
@@ -177,16 +180,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     report = state.last_report = _report(body, clips, messages[-1] if messages else None)
     state.audio_requests += bool(clips)
     text = request.get(ANSWER_KEY) or _summary(clips)  # a model window says what it kept
-    answer = _ChatAnswer(text, body, request.headers.get("X-Stub-Reasoning"))
+    answer = ChatAnswer(text, body, request.headers.get("X-Stub-Reasoning"))
     tokens = token_fields(body, messages, clips, answer.pieces())  # None unless asked
     if admission.engine_misses:
         return await _engine_failure(request, body, report)
     if body.get("stream"):
         return await _stream_chat(request, body, report, answer, tokens)
-    reply: dict[str, Any] = {"role": "assistant", "content": " ".join(answer.words)}
-    if answer.reasoning is not None:
-        reply["reasoning"] = answer.reasoning
-    choice = {"index": 0, "message": reply, "logprobs": None}
+    choice = {"index": 0, "message": answer.reply(), "logprobs": None}
     choice |= {"finish_reason": answer.finish_reason, "stop_reason": None, "token_ids": None}
     result = {
         "id": f"chatcmpl-stub-{state.request_count}",
@@ -199,29 +199,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "stub": report,
     }
     return vllm_json(tokens.answer(result) if tokens else result)
-
-
-class _ChatAnswer:
-    """The stub's answer, one word a token: cut at `max_tokens` (finish_reason "length"), and
-    with reasoning when the request's `X-Stub-Reasoning` header gives its text."""
-
-    def __init__(self, text: str, body: dict[str, Any], reasoning: str | None) -> None:
-        words = text.split(" ")
-        limit = body.get("max_tokens", body.get("max_completion_tokens"))
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise StubRejection(f"max_tokens must be a positive integer, not {limit!r}")
-        self.words = words[:limit] if limit is not None else words
-        self.finish_reason = "length" if len(self.words) < len(words) else "stop"
-        self.reasoning = reasoning
-
-    def pieces(self) -> list[str]:
-        """Every generated piece, in order (reasoning first), one token each."""
-        return _pieces(self.reasoning.split(" ") if self.reasoning else []) + _pieces(self.words)
-
-    def usage(self) -> dict[str, int]:
-        thought = len(self.reasoning.split(" ")) if self.reasoning else 0
-        completion = len(self.words) + thought
-        return {"prompt_tokens": 1, "completion_tokens": completion, "total_tokens": completion + 1}
 
 
 def _report(body: dict[str, Any], clips: list[ClipReport], last: Any) -> dict[str, Any]:
@@ -249,7 +226,7 @@ async def _stream_chat(
     request: web.Request,
     body: dict[str, Any],
     report: dict[str, Any],
-    answer: _ChatAnswer,
+    answer: ChatAnswer,
     tokens: TokenFields | None,
 ) -> web.StreamResponse:
     """vLLM's sequence: the role chunk, then a delta a token (reasoning first; each word but
@@ -264,11 +241,8 @@ async def _stream_chat(
     base = _chunk_base(body)
     await send(_role_chunk(base, report))
     await _maybe_hold(request, "1")
-    deltas = [
-        {"reasoning": p} for p in _pieces(answer.reasoning.split(" ") if answer.reasoning else [])
-    ]
-    deltas += [{"content": piece} for piece in _pieces(answer.words)]
-    first_content = len(deltas) - len(answer.words)
+    deltas = answer.deltas()
+    first_content = len(answer.thought_pieces())
     for index, delta in enumerate(deltas):
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
         if index == len(deltas) - 1:
@@ -315,11 +289,6 @@ async def _engine_failure(
     await response.write(f"data: {compact_json(error)}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
     return await _finish_sse(request, response)
-
-
-def _pieces(words: list[str]) -> list[str]:
-    """Stream deltas that join back to the words' text: each but the last keeps its space."""
-    return [word + " " for word in words[:-1]] + words[-1:]
 
 
 # --- responses --------------------------------------------------------------------------------

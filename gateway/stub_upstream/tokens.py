@@ -150,7 +150,8 @@ class TokenFields:
                 chunk["prompt_token_ids"] = self.prompt_ids
             return chunk
         start = self._streamed
-        if delta.get("content") or delta.get("reasoning"):
+        ending = choice.get("finish_reason") is not None and self._streamed < len(self.pieces)
+        if delta.get("content") or delta.get("reasoning") or delta.get("tool_calls") or ending:
             self._streamed += 1  # one piece a chunk, as the stub streams them
         new = range(start, self._streamed)
         if self.asked.logprobs:

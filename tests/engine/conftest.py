@@ -6,7 +6,9 @@ Three servers, chosen to need as few start-ups (~50 s each) as the tests allow:
 - `qwen_engine`, the tiny Qwen2-Audio on a TCP port of 127.0.0.1, with what every chat test
   needs at once: `--allowed-local-media-path` on the clip root (file_url mode),
   `VLLM_SERVER_DEV_MODE=1` (`/reset_mm_cache`) and a processor cache of about two clips
-  (`--mm-processor-cache-gb`), so that evictions are real; the restart test restarts this one.
+  (`--mm-processor-cache-gb`), so that evictions are real, and tool calls (xgrammar without
+  free whitespace, `--enable-auto-tool-choice --tool-call-parser pythonic`: the Responses
+  bridge's function calls); the restart test restarts this one.
 - `whisper_engine`, the tiny Whisper, on a Unix socket (`--uds`): the speech-to-text tests are
   also the tests of a Unix-socket upstream.
 - the replica: `qwen_engine` again (same model, flags and served name) on a port of its own;

@@ -16,6 +16,7 @@ import numpy
 import soundfile
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from openai import AsyncOpenAI
 
 from engine.server import EngineServer
 from gateway.app import create_app
@@ -29,6 +30,17 @@ TOKENS_PER_SECOND = 25  # Qwen2-Audio: mel frames of 10 ms, halved twice
 MAX_AUDIO_TOKENS = 750  # 30 s: the feature extractor's window
 MAX_TOKENS = 4
 BOUND_SECONDS = 60.0  # one request on a loaded 2-core machine, generously
+# A tool's parameters random weights can fill: enums and booleans only, so that the grammar
+# (xgrammar, no free whitespace) leaves no free text to run on until max_tokens.
+MODE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "mode": {"type": "string", "enum": ["loud", "quiet"]},
+        "on": {"type": "boolean"},
+    },
+    "required": ["mode", "on"],
+    "additionalProperties": False,
+}
 
 
 def write_clip(folder: Path, name: str, seconds: float) -> Path:
@@ -125,6 +137,20 @@ async def make_gateway_client(engine: EngineServer, root: Path, **sections: Any)
     client = TestClient(TestServer(create_app(config)))
     await client.start_server()
     return client
+
+
+@asynccontextmanager
+async def gateway_sdk(
+    engine: EngineServer, root: Path, **sections: Any
+) -> AsyncIterator[AsyncOpenAI]:
+    """The openai SDK on a gateway in front of `engine` (config sections over the defaults)."""
+    gateway = await make_gateway_client(engine, root, **sections)
+    base_url = str(gateway.make_url("/v1"))
+    try:
+        async with AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=60) as client:
+            yield client
+    finally:
+        await gateway.close()
 
 
 async def post_json(client: Client, path: str, body: dict[str, Any]) -> dict[str, Any]:

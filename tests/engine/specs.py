@@ -25,6 +25,15 @@ def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
     # vLLM tries torchcodec first and warns on every request that it cannot (no FFmpeg here)
     soundfile = json.dumps({"audio": {"audio_backend": "soundfile"}})
     silence_torchcodec = ["--media-io-kwargs", soundfile]
+    # Tool calls from random weights: a named (or required) choice is held to its schema by
+    # xgrammar, which without `disable_any_whitespace` lets the model emit whitespace until
+    # max_tokens; `auto` needs a parser the tiny tokenizer can serve (hermes needs tokens it
+    # lacks, pythonic none).
+    structured = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
+    tool_calls = [
+        *("--structured-outputs-config", structured),
+        *("--enable-auto-tool-choice", "--tool-call-parser", "pythonic"),
+    ]
     qwen = EngineSpec(
         QWEN,
         models["qwen2-audio"],
@@ -35,6 +44,7 @@ def specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
             *("--mm-processor-cache-gb", MM_CACHE_GB),
             *("--allowed-local-media-path", str(media_root)),
             *silence_torchcodec,
+            *tool_calls,
         ],
         env={"VLLM_SERVER_DEV_MODE": "1"},
     )

@@ -22,6 +22,7 @@ from .helpers import (
     Client,
     audio_tokens_for,
     count,
+    gateway_sdk,
     make_gateway_client,
     write_clip,
 )
@@ -49,13 +50,8 @@ async def sdk(
 ) -> AsyncIterator[AsyncOpenAI]:
     """The SDK on a gateway in front of the engine; `request.param` = config sections."""
     sections: dict[str, Any] = getattr(request, "param", {})
-    gateway = await make_gateway_client(qwen_engine, clips, **sections)
-    base_url = str(gateway.make_url("/v1"))
-    try:
-        async with AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=60) as client:
-            yield client
-    finally:
-        await gateway.close()
+    async with gateway_sdk(qwen_engine, clips, **sections) as client:
+        yield client
 
 
 def heard(prompt_token_ids: list[int], tokens: dict[str, int]) -> tuple[int, int]:

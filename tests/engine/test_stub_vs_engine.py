@@ -10,7 +10,8 @@ audio placeholders 25 a second, the generated ids = `usage.completion_tokens`); 
 request does to `vllm:mm_cache_queries_total` / `vllm:mm_cache_hits_total`.
 
 Normalized away, as engine-specific: ids, `created`, the model name, `system_fingerprint`,
-the token ids' values (random weights; the stub's toy tokenizer) and the answer's text. The
+the token ids' values (random weights; the stub's toy tokenizer), the answer's text (and the
+empty delta of a token that decodes to no text yet), and which stop token ended a call. The
 stub is started with the engine's processor-cache size and runs in this process.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import jsonschema
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -35,7 +37,7 @@ from gateway.stub_upstream.tokens import AUDIO_PAD
 from tests.conftest import parse_metrics
 
 from .conftest import MM_CACHE_GB, QWEN
-from .helpers import BOUND_SECONDS, CHAT, MAX_TOKENS, write_clip
+from .helpers import BOUND_SECONDS, CHAT, MAX_TOKENS, MODE_SCHEMA, write_clip
 
 pytestmark = pytest.mark.timeout(180, func_only=True)
 SECONDS = 1.0  # 25 placeholders on both sides (no rounding to tell apart)
@@ -182,6 +184,19 @@ def assert_fields_are_vllms(stub: Any, engine: Any, where: str) -> None:
         assert_fields_are_vllms(stub[0], engine[0], f"{where}[0]")
 
 
+def textless(stub: Any, engine: Any) -> tuple[Any, Any]:
+    """Both chunks without their delta when the engine's is empty: a random model's token that
+    decodes to no text yet (part of a multi-byte character) is an empty delta under a tool
+    parser, and the stub, one word a token, has no such token."""
+    delta = engine["choices"][0].get("delta") if engine.get("choices") else None
+    if delta != {}:
+        return stub, engine
+    drop = [
+        {**chunk, "choices": [{**chunk["choices"][0], "delta": None}]} for chunk in (stub, engine)
+    ]
+    return drop[0], drop[1]
+
+
 def placeholders(ids: list[int], side: Side) -> int:
     return sum(1 for token in ids if token == side.placeholder)
 
@@ -255,7 +270,8 @@ async def test_a_stream_is_the_same_sequence(
         for shape, a in zip(shapes, (engine, stub), strict=True)
     ]
     for kind in set(shapes[0]) & set(shapes[1]) - {"DONE"}:
-        assert_fields_are_vllms(last_of_kind[1][kind], last_of_kind[0][kind], kind)
+        stub_chunk, engine_chunk = textless(last_of_kind[1][kind], last_of_kind[0][kind])
+        assert_fields_are_vllms(stub_chunk, engine_chunk, kind)
     for side, answer in zip(sides, (engine, stub), strict=True):
         events = answer.events()[:-1]
         role = events[0]
@@ -289,6 +305,13 @@ def error_cases() -> dict[str, Any]:
         ),
         "media_io_kwargs": lambda clip: chat(
             data_part(clip), media_io_kwargs={"audio": {"audio_backend": "soundfile"}}
+        ),
+        "tools: []": lambda clip: chat(data_part(clip), tools=[]),
+        "tool_choice without tools": lambda clip: chat(data_part(clip), tool_choice="required"),
+        "a named tool_choice no tool has": lambda clip: chat(
+            data_part(clip),
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            tool_choice={"type": "function", "function": {"name": "g"}},
         ),
         "both kwargs": lambda clip: chat(
             data_part(clip),
@@ -332,3 +355,116 @@ async def test_cache_effects_of_each_kind_of_item(sides: list[Side], new_clip: A
         (engine, engine_counts), (stub, stub_counts) = results
         assert engine.status == stub.status == 200, (step, engine.body, stub.body)
         assert engine_counts == stub_counts == expected, step
+
+
+# --- forced tool calls ------------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "set_mode", "parameters": MODE_SCHEMA}}]
+NAMED = {"type": "function", "function": {"name": "set_mode"}}
+CALL_MAX_TOKENS = 60  # the call is ~26 tokens on the tiny engine (a character or two each)
+# (tool_choice, extra fields, finish_reason, how vLLM writes the arguments)
+CHOICES = {
+    "named": (NAMED, {}, "stop", {"separators": (",", ":")}),
+    # one call only: without it the random model never closes the array of calls
+    "required": ("required", {"parallel_tool_calls": False}, "tool_calls", {}),
+}
+
+
+def ended(answer: Any) -> Any:
+    """An answer or chunk without `stop_reason`: whether the random model ends a call with the
+    tokenizer's end of turn (null) or another stop token (its id) is chance."""
+    if isinstance(answer, dict) and answer.get("choices"):
+        answer["choices"][0].pop("stop_reason", None)
+    return answer
+
+
+def tool_body(clip: str, choice: str, **extra: Any) -> dict[str, Any]:
+    tool_choice, more, _, _ = CHOICES[choice]
+    fields = {"tools": TOOLS, "tool_choice": tool_choice, **more, **extra}
+    return chat(data_part(clip), **{**fields, "max_tokens": CALL_MAX_TOKENS})
+
+
+def assert_arguments(arguments: str, choice: str, where: str) -> None:
+    """Arguments that parse, fit the schema, and are written as vLLM writes them."""
+    parsed = json.loads(arguments)
+    jsonschema.validate(parsed, MODE_SCHEMA)
+    assert arguments == json.dumps(parsed, **CHOICES[choice][3]), where
+
+
+@pytest.mark.parametrize("choice", list(CHOICES))
+async def test_a_forced_call_is_vllms_message(
+    sides: list[Side], new_clip: Any, choice: str
+) -> None:
+    engine, stub = await both(sides, tool_body(new_clip(), choice))
+    assert (engine.status, stub.status) == (200, 200), (engine.body, stub.body)
+    assert_fields_are_vllms(ended(stub.json()), ended(engine.json()), "answer")
+    for side, answer in zip(sides, (engine.json(), stub.json()), strict=True):
+        choice_data = answer["choices"][0]
+        message = choice_data["message"]
+        assert message["content"] == "", side.name
+        [call] = message["tool_calls"]
+        assert set(call) == {"id", "type", "function"}, side.name
+        assert call["id"].startswith("chatcmpl-tool-") and call["type"] == "function", side.name
+        assert call["function"]["name"] == "set_mode", side.name
+        assert_arguments(call["function"]["arguments"], choice, side.name)
+        assert choice_data["finish_reason"] == CHOICES[choice][2], side.name
+
+
+def call_shape(events: list[Any]) -> list[str]:
+    """The stream as kinds: role, first (the call's id and name), args, finish, usage, DONE."""
+    kinds = []
+    for event in events:
+        delta = event["choices"][0]["delta"] if event != "[DONE]" and event["choices"] else {}
+        if event == "[DONE]" or not event["choices"] or "role" in delta:
+            kinds.append(stream_shape([event])[0])
+        elif event["choices"][0]["finish_reason"] is not None:
+            kinds.append("finish")
+        else:
+            kinds.append("first" if "id" in delta["tool_calls"][0] else "args")
+    return kinds
+
+
+@pytest.mark.parametrize("choice", list(CHOICES))
+async def test_a_streamed_forced_call_is_vllms_sequence(
+    sides: list[Side], new_clip: Any, choice: str
+) -> None:
+    options = {"stream": True, "stream_options": {"include_usage": True}}
+    engine, stub = await both(sides, tool_body(new_clip(), choice, **options))
+    assert (engine.status, stub.status) == (200, 200), (engine.body, stub.body)
+    shapes = [call_shape(answer.events()) for answer in (engine, stub)]
+    for side, shape in zip(sides, shapes, strict=True):
+        assert shape[:2] == ["role", "first"], (side.name, shape)
+        assert shape[-3:] == ["finish", "usage", "DONE"], (side.name, shape)
+        assert set(shape[2:-3]) == {"args"}, (side.name, shape)
+    last_of_kind = [
+        dict(zip(shape, a.events(), strict=True))
+        for shape, a in zip(shapes, (engine, stub), strict=True)
+    ]
+    for kind in set(shapes[0]) - {"DONE"}:
+        stub_chunk, engine_chunk = last_of_kind[1][kind], last_of_kind[0][kind]
+        assert_fields_are_vllms(ended(stub_chunk), ended(engine_chunk), kind)
+    for side, answer in zip(sides, (engine, stub), strict=True):
+        chunks = answer.events()[1:-2]
+        calls = [c["choices"][0]["delta"].get("tool_calls", []) for c in chunks]
+        assert all(call[0]["index"] == 0 for call in calls if call), side.name
+        first, *rest = (call[0] for call in calls if call)
+        assert first["function"]["name"] == "set_mode", side.name
+        assert all(set(r) == {"index", "function"} for r in rest), side.name
+        arguments = "".join(call["function"]["arguments"] for call in (first, *rest))
+        parsed = json.loads(arguments)
+        jsonschema.validate(parsed, MODE_SCHEMA)
+        assert chunks[-1]["choices"][0]["finish_reason"] == CHOICES[choice][2], side.name
+
+
+async def test_a_forced_call_cut_by_max_tokens(sides: list[Side], new_clip: Any) -> None:
+    engine, stub = await both(sides, {**tool_body(new_clip(), "named"), "max_tokens": 3})
+    assert (engine.status, stub.status) == (200, 200), (engine.body, stub.body)
+    assert_fields_are_vllms(stub.json(), engine.json(), "answer")
+    for side, answer in zip(sides, (engine.json(), stub.json()), strict=True):
+        choice_data = answer["choices"][0]
+        assert choice_data["finish_reason"] == "length", side.name
+        assert choice_data["stop_reason"] is None, side.name
+        [call] = choice_data["message"]["tool_calls"]
+        assert answer["usage"]["completion_tokens"] == 3, side.name
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(call["function"]["arguments"])
