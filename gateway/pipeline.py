@@ -20,12 +20,10 @@ import msgspec
 from .affinity import clip_key, part_digests
 from .audio.cache import AudioStore
 from .audio.durations import check_decode_limits
-from .audio.encoder import StreamedAudio
 from .audio.policy import BatchedResolver, PathPolicy
 from .audio.recent import RecentPaths
 from .audio.sources import AudioSource
-from .audio.sources.local import LocalClip
-from .audio.sources.objects import ObjectClip, ObjectSources, object_sources
+from .audio.sources.objects import ObjectSources, object_sources
 from .chunking.bodies import ChunkedRequest, chunked_request
 from .chunking.refusals import refuse_unmergeable
 from .clips import (
@@ -45,6 +43,7 @@ from .clips import (
 )
 from .config import AudioConfig, CacheConfig, Config, SpliceConfig
 from .errors import InvalidRequest
+from .loading import ClipLoader
 from .metrics import GatewayMetrics
 from .naming.content_parts import PartClip, PartRoots, Place, check_clip_count, part_clips
 from .naming.formats import input_audio_format
@@ -57,7 +56,7 @@ from .naming.sidechannel import (
     SidechannelKeys,
     strip_sidechannel,
 )
-from .normalize.source import Normalizer, as_sent
+from .normalize.source import Normalizer
 from .over_window import OverWindowWatch
 from .references.body import ReferencedBody
 from .splice import Part, splice_chat, splice_clips, splice_in_place, splice_responses
@@ -200,6 +199,9 @@ class RewritePipeline:
         self.chunker = chunker  # None unless [chunking] is enabled
         self.over_window = over_window  # with [chunking] off: long clips sent whole, told
         self.normalizer = normalizer  # None unless [normalize] is enabled
+        self.loader = ClipLoader(
+            self.resolver, store, objects, normalizer, file_urls=self.file_urls
+        )
         self._legacy_key_logged = False
 
     def close(self) -> None:
@@ -339,80 +341,14 @@ class RewritePipeline:
     async def _load(
         self, refs: tuple[InlineAudio | PathAudio, ...], shape: RouteShape
     ) -> list[LoadedClip]:
-        """The audio of every clip, in order: inline clips as they are, every path checked by
-        its kind's policy, then read or cached."""
-        paths = [ref for ref in refs if isinstance(ref, PathAudio)]
-        if not paths:
-            return list(refs)  # type: ignore[arg-type]  # all InlineAudio
-        loaded = await self._load_paths(paths, shape)
-        if len(paths) == len(refs):
-            return loaded
-        read = iter(loaded)
-        return [next(read) if isinstance(ref, PathAudio) else ref for ref in refs]
-
-    async def _load_paths(self, refs: list[PathAudio], shape: RouteShape) -> list[LoadedClip]:
         # input_audio has no URL form: there, objects go as bytes even in presigned mode.
-        presigned = self.presigned and not shape.input_audio_parts
-        sources = await self.sources(refs, presigned=presigned)
-        if len(sources) == 1:
-            return [await self._loaded(sources[0])]
-        results = await asyncio.gather(*map(self._loaded, sources), return_exceptions=True)
-        loaded: list[LoadedClip] = [r for r in results if not isinstance(r, BaseException)]
-        failure = next((r for r in results if isinstance(r, BaseException)), None)
-        if failure is not None:
-            await close_streams(loaded)
-            raise failure
-        return loaded
+        return await self.loader.load(
+            refs, presigned=self.presigned and not shape.input_audio_parts
+        )
 
     async def sources(self, refs: Sequence[PathAudio], *, presigned: bool) -> list[AudioSource]:
-        """The checked sources of `refs` (`_checked_sources`), seen through [normalize] when
-        it is on."""
-        found = await self._checked_sources(refs, presigned=presigned)
-        if self.normalizer is None:
-            return found
-        return [self.normalizer.wrap(source) for source in found]
-
-    async def _checked_sources(
-        self, refs: Sequence[PathAudio], *, presigned: bool
-    ) -> list[AudioSource]:
-        """Local paths resolved in one worker-thread hop, objects checked and HEADed
-        concurrently (with `presigned`, to go upstream as URLs); the one place that tells
-        the kinds apart."""
-        objects = self.objects
-        claimed = [objects is not None and objects.policy.claims(ref) for ref in refs]
-        if not any(claimed):  # the common case: local files only
-            return [
-                LocalClip(clip, self.file_urls) for clip in await self.resolver.resolve(list(refs))
-            ]
-        local_refs = [ref for ref, is_object in zip(refs, claimed, strict=True) if not is_object]
-        local = iter(await self.resolver.resolve(local_refs) if local_refs else [])
-        object_refs = [ref for ref, is_object in zip(refs, claimed, strict=True) if is_object]
-        remote = iter(await self._object_sources(object_refs, presigned))
-        return [
-            next(remote) if is_object else LocalClip(next(local), self.file_urls)
-            for is_object in claimed
-        ]
-
-    async def _object_sources(self, refs: list[PathAudio], presigned: bool) -> list[ObjectClip]:
-        if not refs:
-            return []
-        assert self.objects is not None
-        lookups = (self.objects.source(r, presigned=presigned) for r in refs)
-        results = await asyncio.gather(*lookups, return_exceptions=True)
-        for result in results:  # the first failure in clip order, as `check` reports it
-            if isinstance(result, BaseException):
-                raise result
-        return results  # type: ignore[return-value]
-
-    async def _loaded(self, source: AudioSource) -> PathClip:
-        audio = await self.store.get(source)
-        try:
-            source = as_sent(source, audio)
-            return PathClip(source, audio, await source.upstream_url())
-        except BaseException:
-            if isinstance(audio, StreamedAudio):
-                await audio.aclose()
-            raise
+        """The checked sources of `refs`, seen through [normalize] when it is on."""
+        return await self.loader.sources(refs, presigned=presigned)
 
     async def _split(
         self, body: dict[str, Any], shape: RouteShape, clip: LoadedClip, place: Place | None
