@@ -17,7 +17,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.server import REPO, EngineStartError, free_port, stop_group, track
+from engine.server import (
+    REPO,
+    EngineStartError,
+    free_port,
+    log_tail,
+    spawn_logged,
+    stop_group,
+    track,
+)
 
 VERSION = "0.1.17"  # .ci/router/requirements.in
 READY_DEADLINE_S = 60.0
@@ -79,26 +87,16 @@ class RouterServer:
     def start(self, deadline_s: float = READY_DEADLINE_S) -> RouterServer:
         """Spawn the router and block until it answers `/liveness`; returns self."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            log.write(f"$ {' '.join(self.command())}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "NO_COLOR": "1"},
-                start_new_session=True,
-            )
+        self.process = spawn_logged(self.command(), self.log_path, {**os.environ, "NO_COLOR": "1"})
         track(self)
         started = time.monotonic()
         while self.get(self.port, "/liveness")[0] != 200:
             code = self.process.poll()
             if code is not None or time.monotonic() - started > deadline_s:
                 self.stop()
-                tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
                 raise EngineStartError(
-                    f"vllm-router did not start ({code}); {self.log_path}:\n{tail}"
+                    f"vllm-router did not start ({code}); {self.log_path}:\n"
+                    + log_tail(self.log_path, 20)
                 )
             time.sleep(0.2)
         return self

@@ -168,18 +168,7 @@ class EngineServer:
         env = {**os.environ, **SERVER_ENV, **self.spec.env}
         env.pop("PYTHONPATH", None)  # the test venv's paths are not the engine's
         self.workdir.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            log.write(f"$ {' '.join(self.command())}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
+        self.process = spawn_logged(self.command(), self.log_path, env, cwd=self.workdir)
         self.started_at = time.monotonic()
         track(self)
 
@@ -226,11 +215,7 @@ class EngineServer:
         return f"vLLM {name} {what}; the tail of {self.log_path}:\n{tail}"
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def pids(self) -> list[int]:
         """The live PIDs of the server's process group (API server, EngineCore, workers)."""
@@ -259,6 +244,34 @@ class EngineServer:
         self.stop()
         self.start()
         return self.wait_healthy(deadline_s)
+
+
+def spawn_logged(
+    command: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`command` in a session (process group) of its own, its output appended to `log_path`
+    after a `$ command` line."""
+    with log_path.open("ab") as log:
+        log.write(f"$ {' '.join(command)}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a server's log."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def stop_group(server: Stoppable, process: subprocess.Popen[bytes]) -> None:

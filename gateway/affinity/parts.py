@@ -11,27 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..naming.content_parts import Place, part_url
+from ..naming.content_parts import Place, content_parts, part_url
 from .key import base64_digest, identity_digest
 
 
 def part_digests(items: Any, resolved: Mapping[Place, str | None]) -> list[str]:
     """Every audio part of `items` in message then part order: the digest at its place in
     `resolved` (None: left out), else its own (`part_digest`)."""
-    if type(items) is not list:
-        return []
     digests: list[str] = []
-    for i, item in enumerate(items):
-        content = item.get("content") if type(item) is dict else None
-        if type(content) is not list:
-            continue
-        for j, part in enumerate(content):
-            if (i, j) in resolved:
-                digest = resolved[(i, j)]
-            else:
-                digest = part_digest(part) if type(part) is dict else None
-            if digest is not None:
-                digests.append(digest)
+    for place, part in content_parts(items):
+        if place in resolved:
+            digest = resolved[place]
+        else:
+            digest = part_digest(part) if type(part) is dict else None
+        if digest is not None:
+            digests.append(digest)
     return digests
 
 

@@ -10,7 +10,7 @@ go on as they are, for vLLM to judge.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,24 +49,28 @@ def part_clips(
     malformed file URL or a path the roots cannot admit. `params` names a part in errors
     where the body is not the client's own (the Responses bridge); by default
     `messages[i].content[j].audio_url.url`."""
-    if type(messages) is not list:
-        return []
     found: list[PartClip] = []
-    for i, message in enumerate(messages):
-        content = message.get("content") if type(message) is dict else None
-        if type(content) is not list:
-            continue
-        for j, part in enumerate(content):
-            if type(part) is dict and part.get("type") == "audio_url":
-                url = part_url(part)
-                if url is not None:
-                    param = params.get((i, j)) if params else None
-                    ref = _part_ref(
-                        url, param or f"messages[{i}].content[{j}].audio_url.url", roots
-                    )
-                    if ref is not None:
-                        found.append(PartClip((i, j), ref))
+    for (i, j), part in content_parts(messages):
+        if type(part) is dict and part.get("type") == "audio_url":
+            url = part_url(part)
+            if url is not None:
+                param = params.get((i, j)) if params else None
+                ref = _part_ref(url, param or f"messages[{i}].content[{j}].audio_url.url", roots)
+                if ref is not None:
+                    found.append(PartClip((i, j), ref))
     return found
+
+
+def content_parts(items: Any) -> Iterator[tuple[Place, Any]]:
+    """Every content part of a chat `messages` or Responses `input` list, with its place;
+    items and contents of other shapes hold none."""
+    if type(items) is not list:
+        return
+    for i, item in enumerate(items):
+        content = item.get("content") if type(item) is dict else None
+        if type(content) is list:
+            for j, part in enumerate(content):
+                yield (i, j), part
 
 
 def part_url(part: dict[str, Any]) -> str | None:
