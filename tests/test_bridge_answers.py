@@ -387,6 +387,16 @@ def test_a_call_that_never_gets_its_name_fails_the_stream() -> None:
     assert [e.type for e in events][-2:] == ["error", "response.failed"]
 
 
+def test_call_arguments_that_are_not_a_string_fail_the_stream() -> None:
+    """As the plain answer's 502: the stream ends with `response.failed`, not a crash."""
+    function = {"name": "f", "arguments": "{"}
+    stream = chunk({"tool_calls": [{"id": "c", "index": 0, "function": function}]})
+    stream += chunk({"tool_calls": [{"index": 0, "function": {"arguments": {"a": 1}}}]})
+    events = translate(stream, 1000)
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert "not a string" in events[-1].response.error.message  # type: ignore[union-attr]
+
+
 def test_a_name_that_comes_after_arguments_still_opens_the_call_with_them() -> None:
     stream = chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}]})
     stream += chunk(

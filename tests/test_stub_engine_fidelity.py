@@ -127,3 +127,16 @@ async def test_a_stream_is_vllms_sequence(client: Client, clip: Path) -> None:
     reasons = [chunk["choices"][0]["finish_reason"] for chunk in tokens]
     assert reasons[-1] == "stop" and not any(reasons[:-1])
     assert all(len(chunk["choices"][0]["token_ids"]) == 1 for chunk in tokens)
+
+
+async def test_a_required_call_over_a_tool_that_is_not_an_object_is_a_400(client: Client) -> None:
+    """A malformed tool is refused as a bad request, not a stub crash (500)."""
+    body = {
+        "model": "stub-audio-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": ["set_mode"],
+        "tool_choice": "required",
+    }
+    response = await client.post("/v1/chat/completions", json=body)
+    assert response.status == 400
+    assert "tool" in (await response.json())["error"]["message"]

@@ -156,13 +156,18 @@ class ChatStreamTranslator:
             call["function"] if isinstance(call.get("function"), dict) else {}
         )
         arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):  # as `tool_call_fields` refuses it unstreamed
+            return self._error(
+                {"message": f"the upstream's tool call {index} has arguments that are not a string"}
+            )
         if index == self._open_call and isinstance(self._open, CallWriter):
             return self._open.add(arguments)
         if index in self._calls_seen:
             message = f"the upstream streamed tool call {index} again after another item began"
             return self._error({"message": message})
         pending = self._unnamed.setdefault(index, {"id": None, "arguments": []})
-        pending["id"] = call.get("id") or pending["id"]
+        call_id = call.get("id")
+        pending["id"] = call_id if isinstance(call_id, str) and call_id else pending["id"]
         pending["arguments"].append(arguments)
         if not isinstance(function.get("name"), str):
             return []  # its item opens with its name

@@ -117,11 +117,6 @@ def part_logprobs(logprobs: Any) -> list[dict[str, Any]]:
     return [_token(entry, top=True) for entry in _entries(logprobs)]
 
 
-def delta_logprobs(logprobs: Any) -> list[dict[str, Any]]:
-    """Chat `logprobs` as a `response.output_text.delta` event's logprobs (no bytes)."""
-    return [_light(entry) for entry in _entries(logprobs)]
-
-
 def light_logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Part logprobs in the lighter shape of the text events."""
     return [_light(entry) for entry in entries]

@@ -20,9 +20,10 @@ class ChatAnswer:
             raise StubRejection(f"max_tokens must be a positive integer, not {limit!r}")
         self.call = forced_call(body, text, limit)
         self.words = [] if self.call else words[:limit] if limit is not None else words
-        self.finish_reason = "length" if len(self.words) < len(words) else "stop"
         if self.call is not None:
             self.finish_reason = self.call.finish_reason
+        else:
+            self.finish_reason = "length" if len(self.words) < len(words) else "stop"
         self.reasoning = reasoning
 
     def pieces(self) -> list[str]:

@@ -148,7 +148,8 @@ def forced_call(body: dict[str, Any], text: str, limit: int | None) -> ForcedCal
     if isinstance(choice, dict):
         function, named = _tool(tools, choice["function"]["name"]), True
     elif choice == "required" and isinstance(tools, list) and tools:
-        function, named = tools[0].get("function"), False
+        first = tools[0] if isinstance(tools[0], dict) else {}
+        function, named = first.get("function"), False
     else:
         return None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
