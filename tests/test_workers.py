@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from gateway.config import MAX_WORKERS, ConfigError, validate_config
 from gateway.serving.peers import Peers
 from gateway.stub_upstream import StubState
-from gateway.workers.supervisor import describe_exit
+from gateway.workers.supervisor import Supervisor, describe_exit
 from gateway.workers.wire import (
     WorkerSpec,
     encode_spec,
@@ -396,3 +396,24 @@ class TestExitWords:
                 signal.Signals(-code).name if -code in set(signal.Signals) else str(-code)
             )
         )
+
+
+class TestAStopDuringStartUp:
+    async def test_a_signal_before_the_first_worker_started_stops_the_gateway_cleanly(
+        self, stub_server: TestServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The signal lands while the first worker is being spawned: no other is started, the
+        one started is stopped with it (not killed), and the supervisor waits for it."""
+        upstream = str(stub_server.make_url("")).rstrip("/")
+        config = validate_config(
+            {
+                "upstream": {"url": upstream},
+                "server": {"workers": 2, "port": free_port(), "malloc_tuning": False},
+            }
+        )
+        supervisor = Supervisor(config, "info", str(tmp_path))
+        asyncio.get_running_loop().call_soon(supervisor.stop, signal.SIGTERM)
+        status = await asyncio.wait_for(supervisor.run(), BOUND_SECONDS * 2)
+        assert status == 0
+        assert supervisor.workers == {}
+        assert not [r for r in caplog.records if "killing it" in r.getMessage()]

@@ -73,6 +73,7 @@ class Supervisor:
         self.status = 0
         self._watchers: set[asyncio.Task[None]] = set()
         self._all_exited = asyncio.Event()
+        self._starting = False  # the first start of the workers is under way
 
     @property
     def count(self) -> int:
@@ -83,8 +84,14 @@ class Supervisor:
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, self.stop, signum)
         try:
+            self._starting = True
             for index in range(1, self.count + 1):
+                if self.stopping is not None:  # a signal came: start no more
+                    break
                 await self.start(index)
+            self._starting = False
+            if self.stopping is not None and not self.workers:
+                self._all_exited.set()
             await self._all_exited.wait()
         finally:
             for signum in STOP_SIGNALS:
@@ -160,7 +167,14 @@ class Supervisor:
             log.error(
                 "worker %d (pid %d) %s while serving: starting a new one", worker.index, pid, how
             )
-            await self.start(worker.index, restart=True)
+            try:
+                await self.start(worker.index, restart=True)
+            except OSError as error:  # no silent half capacity: stop the gateway
+                log.error(
+                    "worker %d could not be started again (%s): stopping", worker.index, error
+                )
+                self.status = 1
+                self.stop(signal.SIGTERM)
 
     def stop(self, signum: signal.Signals) -> None:
         """Forward `signum` to every worker (the first one also bounds how long they take)."""
@@ -173,7 +187,7 @@ class Supervisor:
         if first:
             loop = asyncio.get_running_loop()
             loop.call_later(self.kill_after(signum), self.kill_all)
-            if not self.workers:
+            if not self.workers and not self._starting:
                 self._all_exited.set()
 
     def kill_after(self, signum: signal.Signals) -> float:
