@@ -118,10 +118,7 @@ def clip_digest(clip: LoadedClip) -> str:
         return base64_digest(clip.uri, clip.payload_start)  # strict base64: checked
     if clip.audio.sha256 is not None:
         return sha256_digest(clip.audio.sha256)
-    source = clip.source
-    if isinstance(source, ObjectClip):
-        return identity_digest("object", source.info.cache_key)
-    return identity_digest("file", source.cache_key)
+    return identity_digest("source", clip.source.key_identity)
 
 
 def clips_key(digests: Sequence[str], places: Sequence[Place], items: Any) -> str | None:

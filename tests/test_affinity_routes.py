@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,23 @@ async def test_a_streamed_clip_keys_alike_while_its_file_is_unchanged(
     assert await keyed(gateway, stub, chat_body({"audio_path": "b.wav"})) != first
     (audio_dir / "c.wav").write_bytes((audio_dir / "b.wav").read_bytes())  # rewritten
     assert await keyed(gateway, stub, chat_body({"audio_path": "c.wav"})) != first
+
+
+async def test_a_streamed_clip_keys_alike_on_a_copy_with_its_own_inode(
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+) -> None:
+    """Another host's copy of a dataset has other inodes, devices and ctimes: the key of an
+    unhashed clip holds only its real path, mtime and size, so gateways there agree."""
+    gateway = await make_gateway(routing=ROUTING, cache={"max_item_bytes": 1000})
+    clip = audio_dir / "c.wav"
+    first = await keyed(gateway, stub, chat_body({"audio_path": "c.wav"}))
+    before = clip.stat()
+    copy = audio_dir / "c.copy"
+    copy.write_bytes(clip.read_bytes())
+    os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(copy, clip)  # the same path, bytes, size and mtime; a new inode and ctime
+    assert clip.stat().st_ino != before.st_ino
+    assert await keyed(gateway, stub, chat_body({"audio_path": "c.wav"})) == first
 
 
 async def test_file_url_mode_keys_files_by_their_identity(

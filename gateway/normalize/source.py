@@ -137,6 +137,10 @@ class NormalizedSource:
         return ("normalized", self.normalizer.form, self.inner.identity)
 
     @property
+    def key_identity(self) -> Hashable:
+        return ("normalized", self.normalizer.form, self.inner.key_identity)
+
+    @property
     def size(self) -> int:
         return self.inner.size
 

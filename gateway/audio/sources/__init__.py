@@ -40,6 +40,13 @@ class AudioSource(Protocol):
     def identity(self) -> Hashable: ...
 
     @property
+    def key_identity(self) -> Hashable:
+        """What names this content in the clip key (`gateway.affinity`) when its bytes were
+        not hashed: the same in every process and on every host that sees the same file or
+        object (no device, inode or ctime, which a copy or another mount changes)."""
+        ...
+
+    @property
     def size(self) -> int: ...
 
     @property

@@ -37,6 +37,10 @@ class LocalClip:
         return self.clip.real_path
 
     @property
+    def key_identity(self) -> tuple[str, str, int, int]:
+        return ("file", self.clip.real_path, self.clip.mtime_ns, self.clip.size)
+
+    @property
     def size(self) -> int:
         return self.clip.size
 

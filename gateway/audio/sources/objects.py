@@ -100,6 +100,10 @@ class ObjectClip:
         return (self.info.name, self.presigned)
 
     @property
+    def key_identity(self) -> Hashable:
+        return ("object", *self.info.cache_key)  # bucket, key, ETag, size: not the mode
+
+    @property
     def size(self) -> int:
         return self.info.size
 
