@@ -33,11 +33,11 @@ import soundfile
 from bench.procstat import MIB, status_bytes
 from gateway.audio.encoder import StreamedAudio
 from gateway.chunking import Chunker, ClipPieces
-from gateway.clips import PathClip
+from gateway.clips.loaded import PathClip
 from gateway.config import Config
 from gateway.metrics import GatewayMetrics
 from gateway.naming.sidechannel import DEFAULT_KEYS
-from gateway.pipeline import build_pipeline
+from gateway.request.pipeline import build_pipeline
 
 RATE_HZ = 16_000
 FORMATS = {  # name: (container, subtype, extension)

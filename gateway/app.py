@@ -33,7 +33,10 @@ from .chunking.fanout import PieceRuns
 from .config import Config, ConfigError
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
-from .pipeline import (
+from .references.body import ReferencedBody
+from .references.held import UpstreamClips
+from .references.relay import ReferenceRelay
+from .request.pipeline import (
     CHAT_AUDIO_URL,
     CHAT_INPUT_AUDIO,
     RESPONSES,
@@ -42,15 +45,12 @@ from .pipeline import (
     build_pipeline,
     parse_json_object,
 )
-from .references.body import ReferencedBody
-from .references.held import UpstreamClips
-from .references.relay import ReferenceRelay
+from .request.speech import SpeechUploads
 from .serving.access_log import answer_with_request_id, assign_request_ids
 from .serving.drain import InFlight
 from .serving.peers import Peers
 from .serving.readiness import Readiness
 from .serving.refusals import refusal_response
-from .speech import SpeechUploads
 from .upstream.answered import answered_in_full
 from .upstream.body import SegmentedPayload
 from .upstream.content_coding import read_decoded_body

@@ -28,12 +28,12 @@ from gateway.chunking import Chunker, ClipPieces
 from gateway.chunking.cutter import cut_clip
 from gateway.chunking.pieces import OnDemandPiece
 from gateway.chunking.reading import Base64File
-from gateway.clips import PathClip
+from gateway.clips.loaded import PathClip
 from gateway.config import Config
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.naming.sidechannel import DEFAULT_KEYS, InlineAudio, parse_data_uri
-from gateway.pipeline import CHAT_AUDIO_URL, RewritePipeline, build_pipeline
+from gateway.request.pipeline import CHAT_AUDIO_URL, RewritePipeline, build_pipeline
 from tests.conftest import no_blocking_calls
 from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
 

@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.audio.samples import write_tone
+from gateway.clips.over_window import OverWindowWatch
 from gateway.metrics import GatewayMetrics
 from gateway.naming.sidechannel import InlineAudio
-from gateway.over_window import OverWindowWatch
 from tests.conftest import GatewayFactory, chat_body, gateway_metrics
 
 Client = TestClient[web.Request, web.Application]

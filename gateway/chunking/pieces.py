@@ -33,7 +33,7 @@ from .cutter import PIECE_MIME, CutClip, DecodedTooLong, Undecodable, cut_clip, 
 from .reading import ClipFile, open_clip_file
 
 if TYPE_CHECKING:  # annotations only
-    from ..clips import LoadedClip
+    from ..clips.loaded import LoadedClip
 
 ENTRY_OVERHEAD_BYTES = 256
 # Cuts are CPU-bound and may take seconds: their own threads, so a burst of long clips never

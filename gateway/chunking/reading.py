@@ -26,7 +26,7 @@ from ..audio.sources.local import LocalClip
 from ..naming.sidechannel import InlineAudio
 
 if TYPE_CHECKING:  # annotations only
-    from ..clips import LoadedClip
+    from ..clips.loaded import LoadedClip
 
 
 class Base64File(io.RawIOBase):

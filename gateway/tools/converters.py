@@ -21,8 +21,8 @@ import msgspec
 from ..config import Config
 from ..errors import GatewayError
 from ..naming.sidechannel import Sidechannel
-from ..pipeline import RewritePipeline
 from ..references.body import ReferencedBody
+from ..request.pipeline import RewritePipeline
 from ..upstream.body import SegmentedPayload
 from .blobs import ClipDirectory, StagedClip
 from .inline import InlineAudioFound, KeepInline, find_inline_audio, with_paths

@@ -18,7 +18,13 @@ from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
 from ..naming.content_parts import part_url
 from ..naming.sidechannel import SidechannelKeys
-from ..pipeline import CHAT_AUDIO_URL, CHAT_INPUT_AUDIO, RESPONSES, RouteShape, parse_json_object
+from ..request.pipeline import (
+    CHAT_AUDIO_URL,
+    CHAT_INPUT_AUDIO,
+    RESPONSES,
+    RouteShape,
+    parse_json_object,
+)
 from .jsonl import Line
 from .results import RowError
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Sequence
 
-from .clips import LoadedClip, clip_header, clip_names
-from .metrics import GatewayMetrics
-from .naming.sidechannel import InlineAudio
+from ..metrics import GatewayMetrics
+from ..naming.sidechannel import InlineAudio
+from .loaded import LoadedClip, clip_header, clip_names
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.over_window")  # the name the docs give
 
 REMEMBERED_CLIPS = 4096  # identities already logged; a forgotten one is logged again
 

@@ -24,19 +24,18 @@ import pybase64
 from aiohttp import web
 from aiohttp.helpers import parse_mimetype
 
-from .affinity import bytes_digest, clip_key
-from .audio.durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
-from .audio.encoder import StreamedAudio
-from .clips import PathClip, clip_digest
-from .config import AudioConfig
-from .errors import InvalidRequest, PayloadTooLarge
-from .naming.formats import EXTENSION_BY_MIME, checked_mime
-from .naming.sidechannel import LEGACY_INLINE_KEY, InlineAudio, PathAudio
-from .normalize.source import as_sent
-from .pipeline import RewritePipeline, parse_json_object
-from .upstream.body import SegmentedPayload
-from .upstream.content_coding import read_decoded_body
-from .upstream.multipart import (
+from ..affinity import bytes_digest, clip_key
+from ..audio.durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
+from ..audio.encoder import StreamedAudio
+from ..clips.loaded import PathClip, clip_digest
+from ..config import AudioConfig
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..naming.formats import EXTENSION_BY_MIME, checked_mime
+from ..naming.sidechannel import LEGACY_INLINE_KEY, InlineAudio, PathAudio
+from ..normalize.source import as_sent
+from ..upstream.body import SegmentedPayload
+from ..upstream.content_coding import read_decoded_body
+from ..upstream.multipart import (
     FILE_FIELD,
     AudioUpload,
     FormPart,
@@ -45,9 +44,10 @@ from .upstream.multipart import (
     form_fields,
     text_part,
 )
-from .upstream.relay import request_body_chunks, request_body_length, request_headers_for_upstream
+from ..upstream.relay import request_body_chunks, request_body_length, request_headers_for_upstream
+from .pipeline import RewritePipeline, parse_json_object
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.speech")  # the name the docs give
 
 RequestBody = bytes | SegmentedPayload | AsyncIterator[bytes]
 

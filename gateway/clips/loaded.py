@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import pybase64
 
-from .affinity import (
+from ..affinity import (
     SHA256_PREFIX,
     base64_digest,
     bytes_digest,
@@ -20,15 +20,15 @@ from .affinity import (
     part_digests,
     sha256_digest,
 )
-from .audio.durations import AudioHeader, read_base64_header
-from .audio.encoder import EncodedAudio, StreamedAudio
-from .audio.sources import AudioSource
-from .audio.sources.objects import ObjectClip
-from .naming.content_parts import Place
-from .naming.sidechannel import InlineAudio, base64_decoded_size
-from .references.body import object_uuid
-from .splice import Part
-from .upstream.body import Segment
+from ..audio.durations import AudioHeader, read_base64_header
+from ..audio.encoder import EncodedAudio, StreamedAudio
+from ..audio.sources import AudioSource
+from ..audio.sources.objects import ObjectClip
+from ..naming.content_parts import Place
+from ..naming.sidechannel import InlineAudio, base64_decoded_size
+from ..references.body import object_uuid
+from ..splice import Part
+from ..upstream.body import Segment
 
 FileAudio = EncodedAudio | StreamedAudio
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from .audio.cache import AudioStore
-from .audio.encoder import StreamedAudio
-from .audio.policy import BatchedResolver
-from .audio.sources import AudioSource
-from .audio.sources.local import LocalClip
-from .audio.sources.objects import ObjectClip, ObjectSources
-from .clips import LoadedClip, PathClip, close_streams
-from .naming.sidechannel import InlineAudio, PathAudio
-from .normalize.source import Normalizer, as_sent
+from ..audio.cache import AudioStore
+from ..audio.encoder import StreamedAudio
+from ..audio.policy import BatchedResolver
+from ..audio.sources import AudioSource
+from ..audio.sources.local import LocalClip
+from ..audio.sources.objects import ObjectClip, ObjectSources
+from ..clips.loaded import LoadedClip, PathClip, close_streams
+from ..naming.sidechannel import InlineAudio, PathAudio
+from ..normalize.source import Normalizer, as_sent
 
 
 class ClipLoader:

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
-from .affinity import clip_key, part_digests
-from .audio.cache import AudioStore
-from .audio.durations import check_decode_limits
-from .audio.policy import BatchedResolver, PathPolicy
-from .audio.recent import RecentPaths
-from .audio.sources import AudioSource
-from .audio.sources.objects import ObjectSources, object_sources
-from .chunking.bodies import ChunkedRequest, chunked_request
-from .chunking.refusals import refuse_unmergeable
-from .clips import (
+from ..affinity import clip_key, part_digests
+from ..audio.cache import AudioStore
+from ..audio.durations import check_decode_limits
+from ..audio.policy import BatchedResolver, PathPolicy
+from ..audio.recent import RecentPaths
+from ..audio.sources import AudioSource
+from ..audio.sources.objects import ObjectSources, object_sources
+from ..chunking.bodies import ChunkedRequest, chunked_request
+from ..chunking.refusals import refuse_unmergeable
+from ..clips.loaded import (
     LoadedClip,
     PathClip,
     base64_bytes,
@@ -41,13 +41,13 @@ from .clips import (
     referable,
     reference_uuid,
 )
-from .config import AudioConfig, CacheConfig, Config, SpliceConfig
-from .errors import InvalidRequest
-from .loading import ClipLoader
-from .metrics import GatewayMetrics
-from .naming.content_parts import PartClip, PartRoots, Place, check_clip_count, part_clips
-from .naming.formats import input_audio_format
-from .naming.sidechannel import (
+from ..clips.over_window import OverWindowWatch
+from ..config import AudioConfig, CacheConfig, Config, SpliceConfig
+from ..errors import InvalidRequest
+from ..metrics import GatewayMetrics
+from ..naming.content_parts import PartClip, PartRoots, Place, check_clip_count, part_clips
+from ..naming.formats import input_audio_format
+from ..naming.sidechannel import (
     DEFAULT_KEYS,
     LEGACY_INLINE_KEY,
     InlineAudio,
@@ -56,16 +56,16 @@ from .naming.sidechannel import (
     SidechannelKeys,
     strip_sidechannel,
 )
-from .normalize.source import Normalizer
-from .over_window import OverWindowWatch
-from .references.body import ReferencedBody
-from .splice import Part, splice_chat, splice_clips, splice_in_place, splice_responses
-from .upstream.body import Placeholders, SegmentedPayload
+from ..normalize.source import Normalizer
+from ..references.body import ReferencedBody
+from ..splice import Part, splice_chat, splice_clips, splice_in_place, splice_responses
+from ..upstream.body import Placeholders, SegmentedPayload
+from .loading import ClipLoader
 
 if TYPE_CHECKING:  # imported when chunking is on (numpy, libsndfile)
-    from .chunking import Chunker
+    from ..chunking import Chunker
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.pipeline")  # the name the docs give
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,7 @@ async def build_pipeline(
     keys = SidechannelKeys(config.sidechannel.key_prefix)
     chunker = over_window = None
     if config.chunking.enabled:
-        from .chunking import Chunker
+        from ..chunking import Chunker
 
         chunker = Chunker(config.chunking, store, config.audio)
     else:
