@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -33,6 +34,7 @@ from .chunking.fanout import PieceRuns
 from .config import Config, ConfigError
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
+from .models.placement import Placement
 from .references.body import ReferencedBody
 from .references.held import UpstreamClips
 from .references.relay import ReferenceRelay
@@ -54,6 +56,7 @@ from .serving.refusals import refusal_response
 from .upstream.answered import answered_in_full
 from .upstream.body import SegmentedPayload
 from .upstream.content_coding import read_decoded_body
+from .upstream.model_list import fetch_model_list
 from .upstream.pool import UpstreamPool
 from .upstream.relay import (
     create_upstream_pool,
@@ -68,6 +71,7 @@ config_key = web.AppKey("config_key", Config)
 metrics_key = web.AppKey("metrics_key", GatewayMetrics)
 upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
+placement_key = web.AppKey("placement_key", Placement)
 speech_key = web.AppKey("speech_key", SpeechUploads)
 websocket_relay_key = web.AppKey("websocket_relay_key", WebSocketRelay)
 in_flight_key = web.AppKey("in_flight_key", InFlight)
@@ -160,7 +164,9 @@ async def readiness(app: web.Application) -> AsyncIterator[None]:
 
 async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     config = app[config_key]
-    pipeline = await build_pipeline(config, app[metrics_key])
+    # Each request's model: the [models] tables, else found ([placement]; the upstream's list).
+    app[placement_key] = Placement(config, partial(fetch_model_list, app[upstream_key]))
+    pipeline = await build_pipeline(config, app[metrics_key], placement=app[placement_key])
     app[pipeline_key] = pipeline
     app[speech_key] = SpeechUploads(pipeline, config.audio, config.server.max_body_bytes)
     yield
@@ -330,6 +336,9 @@ async def health(request: web.Request) -> web.Response:
             "version": __version__,
             "upstream": request.app[config_key].upstream.url,
             "cache": {"entries": store.entries, "bytes": store.bytes},
+            "models": {
+                name: rules.as_json() for name, rules in request.app[placement_key].known().items()
+            },
         }
     )
 
