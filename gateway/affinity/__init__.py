@@ -19,7 +19,7 @@ from .key import (
     identity_digest,
     sha256_digest,
 )
-from .parts import part_digests
+from .parts import part_digests, placed_digests
 
 __all__ = [
     "KEY_HEX_CHARS",
@@ -30,6 +30,7 @@ __all__ = [
     "clip_key",
     "identity_digest",
     "part_digests",
+    "placed_digests",
     "sha256_digest",
     "with_clip_key",
 ]

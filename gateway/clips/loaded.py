@@ -5,7 +5,7 @@ streamed clips."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -121,13 +121,18 @@ def clip_digest(clip: LoadedClip) -> str:
     return identity_digest("source", clip.source.key_identity)
 
 
-def clips_key(digests: Sequence[str], places: Sequence[Place], items: Any) -> str | None:
+def clips_key(
+    digests: Sequence[str],
+    places: Sequence[Place],
+    items: Any,
+    own: Mapping[Place, str | None] | None = None,
+) -> str | None:
     """The key of a request's clips (their `clip_digest`s) in clip order: the sidechannel's
     (the first clips), then the audio parts of `items` (its messages, or Responses input) in
     order, the path parts the last `len(places)` clips were read from and the parts the
-    client inlined itself alike."""
+    client inlined itself alike (`own`: their digests, when already taken)."""
     side = len(digests) - len(places)
-    resolved = dict(zip(places, digests[side:], strict=True))
+    resolved = {**(own or {}), **dict(zip(places, digests[side:], strict=True))}
     return clip_key([*digests[:side], *part_digests(items, resolved)])
 
 

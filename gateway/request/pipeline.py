@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
-from ..affinity import clip_key, part_digests
+from ..affinity import clip_key, part_digests, placed_digests
 from ..audio.cache import AudioStore
 from ..audio.durations import check_decode_limits
 from ..audio.policy import BatchedResolver, PathPolicy
@@ -26,6 +26,7 @@ from ..audio.sources import AudioSource
 from ..audio.sources.objects import ObjectSources, object_sources
 from ..chunking.bodies import ChunkedRequest, chunked_request
 from ..chunking.refusals import refuse_unmergeable
+from ..clips.inline import inline_parts
 from ..clips.loaded import (
     LoadedClip,
     PathClip,
@@ -252,8 +253,9 @@ class RewritePipeline:
             body = parse_json_object(raw)
         sidechannel = self.keys.read(body, self.max_clips, self.max_clip_bytes)
         in_parts = self.part_clips(body, shape, part_params)
+        own = self._own_digests(body, shape, in_parts)
         if sidechannel is None and not in_parts:
-            return raw
+            return self._inline_only(raw, body, shape, own)
         refs = self._take(body, sidechannel, in_parts)
         clips = await self._load(refs, shape)
         if self.metrics is not None:
@@ -270,7 +272,7 @@ class RewritePipeline:
             if split and self.over_window is not None:
                 self.over_window.see(clips)
             digests = [clip_digest(clip) for clip in clips] if self.keyed else None
-            key = self._clip_key(body, shape, digests, in_parts)
+            key = self._clip_key(body, shape, digests, in_parts, own)
             placeholders = Placeholders()
             parts = [
                 self._part(clip, shape, placeholders, digests[i] if digests else None)
@@ -279,10 +281,12 @@ class RewritePipeline:
             # The gateway's own parts decide whether the clips may go by reference: a uuid a
             # client put on its path part is kept, but never makes its clip go by reference.
             by_reference = shape.references and referable(clips, parts)
+            # the client's own inline parts, found where the client put them (before the splice)
+            inline = inline_parts(body.get(shape.items), own) if by_reference and own else []
             parts = splice_clips(body, shape.splice, parts, [found.place for found in in_parts])
             if by_reference:
                 sizes = [base64_bytes(clip) for clip in clips]
-                return ReferencedBody.of(body, placeholders, parts, sizes, key)
+                return ReferencedBody.of(body, placeholders, parts, sizes, key, inline)
             return SegmentedPayload(placeholders.render(body), key)
         except BaseException:
             await close_streams(clips)
@@ -307,12 +311,42 @@ class RewritePipeline:
         shape: RouteShape,
         digests: Sequence[str] | None,
         in_parts: Sequence[PartClip],
+        own: Mapping[Place, str | None] | None,
     ) -> str | None:
         """The request's clip key from its clips' digests, taken before the splice (every
         part still where the client put it); None when bodies are not keyed."""
         if digests is None:
             return None
-        return clips_key(digests, [found.place for found in in_parts], body.get(shape.items))
+        places = [found.place for found in in_parts]
+        return clips_key(digests, places, body.get(shape.items), own or {})
+
+    def _own_digests(
+        self, body: dict[str, Any], shape: RouteShape, in_parts: Sequence[PartClip]
+    ) -> dict[Place, str | None] | None:
+        """The digests of the audio parts the client put in `body` itself (not the path parts
+        the gateway reads), by place, before any splice moves them: hashed once, for the key
+        and for inline audio going by reference. None unless clips go by reference (the key
+        alone hashes them where it is taken)."""
+        if not shape.references:
+            return None
+        return placed_digests(body.get(shape.items), {found.place for found in in_parts})
+
+    def _inline_only(
+        self,
+        raw: bytes,
+        body: dict[str, Any],
+        shape: RouteShape,
+        own: Mapping[Place, str | None] | None,
+    ) -> bytes | ReferencedBody:
+        """A body with no clip to read: as it came, unless it carries audio the client inlined
+        itself and clips go by reference (`clips/inline.py`)."""
+        if not shape.references or own is None:
+            return raw
+        inline = inline_parts(body.get(shape.items), own)
+        if not inline:
+            return raw
+        key = clip_key(part_digests(body.get(shape.items), own)) if self.keyed else None
+        return ReferencedBody.of(body, Placeholders(), [], [], key, inline)
 
     def part_clips(
         self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
