@@ -353,4 +353,5 @@ def build_models(venv: Path, out: Path) -> dict[str, Path]:
         if result.returncode != 0:
             raise EngineStartError(f"engine/models.py failed:\n{result.stderr[-4000:]}")
         done.touch()
-    return {"qwen2-audio": target / "tiny-qwen2-audio", "whisper": target / "tiny-whisper"}
+    names = ("qwen2-audio", "whisper", "voxtral", "audio-flamingo3", "glm-asr")
+    return {name: target / f"tiny-{name}" for name in names}
