@@ -72,7 +72,3 @@ def measure(audio: bytes, rounds: int) -> tuple[float, float, float]:
         hashed.append(cpu_ms(lambda: hashlib.sha256(audio).hexdigest()))
         parsed.append(cpu_ms(lambda: msgspec.json.decode(raw)))
     return statistics.median(keyed), statistics.median(hashed), statistics.median(parsed)
-
-
-if __name__ == "__main__":
-    main()

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import soundfile
 
-from bench.procstat import MIB, status_bytes
+from bench.shared.procstat import MIB, status_bytes
 from gateway.audio.encoder import StreamedAudio
 from gateway.chunking import Chunker, ClipPieces
 from gateway.clips.loaded import PathClip
@@ -222,7 +222,3 @@ def main(argv: list[str] | None = None) -> None:
             f"| {row['piece']} | {row['bytes']} | {row['decode_ms_best']} / "
             f"{row['decode_ms_median']} |"
         )
-
-
-if __name__ == "__main__":
-    main()

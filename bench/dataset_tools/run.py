@@ -103,7 +103,3 @@ def main(argv: list[str] | None = None) -> None:
         f"{convert['files_written']:,} clip files ({convert['clip_bytes_written'] / 1e6:,.1f} MB) "
         f"written once each, {convert_s:.1f} s |"
     )
-
-
-if __name__ == "__main__":
-    main()

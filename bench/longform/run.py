@@ -36,9 +36,9 @@ import aiohttp
 import numpy as np
 import soundfile
 
-from bench.chunker import write_long_clip
-from bench.modes import ServerProcess, free_port, start
-from bench.report import RESULTS_DIR
+from bench.chunker.run import write_long_clip
+from bench.shared.modes import ServerProcess, free_port, start
+from bench.shared.results import RESULTS_DIR
 from gateway.stub_upstream.window import parse_word
 
 RATE_HZ = 16_000
@@ -263,7 +263,3 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "rows": rows,
     }
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Peak RSS of a gateway normalizing a long clip (`python -m bench.normalize_memory`).
+"""Peak RSS of a gateway normalizing a long clip (`python -m bench.normalize.memory`).
 
 A real `audio-gateway serve` process (so its VmHWM is its own) in front of the stub, with
 `[normalize]` on: a warm-up request with a 40 s clip of the same kind first (threads, libsndfile,
@@ -25,7 +25,7 @@ import numpy as np
 import soundfile
 from aiohttp.test_utils import TestServer
 
-from bench.procstat import MIB, status_bytes
+from bench.shared.procstat import MIB, status_bytes
 from gateway.stub_upstream import create_stub_app
 
 RATE_HZ = 44_100
@@ -134,7 +134,7 @@ async def run(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.normalize_memory", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.normalize.memory", description=__doc__)
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--chunking", choices=["on", "off", "both"], default="both")
     parser.add_argument("--workdir", type=Path, default=None)

@@ -1,4 +1,4 @@
-"""What the model sees with and without `[normalize]` (`python -m bench.normalize_quality`).
+"""What the model sees with and without `[normalize]` (`python -m bench.normalize.quality`).
 
 Run it in the vLLM compatibility venv (`.ci/vllm-compat` builds it): it needs vLLM 0.33's own
 code. For 44.1 and 48 kHz stereo sources (WAV, FLAC, MP3) of a test signal whose ideal 16 kHz
@@ -166,7 +166,7 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.normalize_quality",
+        prog="python -m bench.normalize.quality",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

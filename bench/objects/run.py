@@ -4,8 +4,9 @@ Each mode gets a fresh proxy and walks the workload's shuffled order twice at on
 a cold pass (nothing cached: every clip fetched once by the gateway, the other seeds hit or
 join the fetch in flight) and a warm pass. GETs per clip are counted at the S3 server.
 
-- `seed-reference-s3`: BASELINE, GET + stdlib base64 + json per request (bench/seed_reference.py
-  with --s3-endpoint; an async obstore GET, so the comparison is about the per-request work).
+- `seed-reference-s3`: BASELINE, GET + stdlib base64 + json per request
+  (bench/shared/seed_reference.py with --s3-endpoint; an async obstore GET, so the comparison
+  is about the per-request work).
 - `gateway-s3`: the gateway, `audio.root = "s3://<bucket>/"`, `revalidate = true` (a HEAD per
   request, a GET per new ETag).
 - `gateway-s3-immutable`: the same with `revalidate = false` (a cached clip costs no request).
@@ -22,10 +23,10 @@ from typing import Any
 
 import boto3
 
-from bench import modes
-from bench.points import BenchRun, summarise
-from bench.s3server import LocalS3
-from bench.workloads import ClipSet
+from bench.shared import modes
+from bench.shared.points import BenchRun, summarise
+from bench.shared.s3server import LocalS3
+from bench.shared.workloads import ClipSet
 
 OBJECT_WORKLOAD_KEY = "s3"
 OBJECT_MODES = ("seed-reference-s3", "gateway-s3", "gateway-s3-immutable")
@@ -120,7 +121,7 @@ def start_object_gateway(
 
 def start_seed_reference_s3(workdir: Path, upstream: str, endpoint: str) -> modes.ServerProcess:
     port = modes.free_port()
-    argv = [sys.executable, "-m", "bench.seed_reference", "--port", str(port)]
+    argv = [sys.executable, "-m", "bench.shared.seed_reference", "--port", str(port)]
     argv += ["--upstream", upstream, "--audio-root", "/nonexistent"]
     argv += ["--s3-endpoint", endpoint, "--s3-bucket", BUCKET, "--s3-region", REGION]
     return modes.start(modes.ServerProcess("seed-reference-s3", argv, port, workdir))

@@ -10,7 +10,7 @@ it, then go by reference: the "first" wave) and then the same 16 again (every on
 the openai SDK do.
 CPU is read from /proc schedstat around every wave.
 
-The upstream is the stub, paced and split as vLLM answers (`bench.stub_timing.VLLM_LIKE`), or
+The upstream is the stub, paced and split as vLLM answers (`bench.shared.stub_timing.VLLM_LIKE`), or
 with `--engine` the real vLLM of `bench.system` (run it under the engine lock: `flock
 /work/engine.lock python -m bench.pairs --engine ...`), whose API server's CPU per request is
 reported too. Reported per (wave, gateway): mean ms of gateway CPU per request with its standard
@@ -31,10 +31,10 @@ from typing import Any
 
 import aiohttp
 
-from bench import procstat
-from bench.modes import REPO_ROOT, ServerProcess, free_port, start
-from bench.stub_timing import VLLM_LIKE
-from bench.system_clips import FORMS, write_clip
+from bench.shared import procstat
+from bench.shared.modes import REPO_ROOT, ServerProcess, free_port, start
+from bench.shared.speech_clips import FORMS, write_clip
+from bench.shared.stub_timing import VLLM_LIKE
 
 SEEDS = 16
 WAVES = ("first", "again")
@@ -150,7 +150,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     started: list[ServerProcess] = []
     try:
         if args.engine:
-            from bench.system import ENGINE_FLAGS, MODEL
+            from bench.shared.real_engine import ENGINE_FLAGS, MODEL
             from engine.server import EngineServer, EngineSpec, build_models, engine_venv
 
             venv = engine_venv()
@@ -209,7 +209,3 @@ def main(argv: list[str] | None = None) -> int:
         result = asyncio.run(run(args, Path(workdir)))
     print(json.dumps(result, indent=1))
     return 1 if result["errors"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,7 +41,7 @@ def gateway_encode_seconds(path: Path, repeats: int) -> list[float]:
     from gateway.serving.tuning import malloc_tuning_env
 
     done = subprocess.run(
-        [sys.executable, "-m", "bench.encode", str(path), str(repeats)],
+        [sys.executable, "-m", "bench.proxies.encode", str(path), str(repeats)],
         env=malloc_tuning_env(os.environ),
         capture_output=True,
         text=True,
@@ -112,7 +112,7 @@ def measure_encode(path: Path, repeats: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     """The worker `gateway_encode_seconds` starts: the seconds of each encode, a line each."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.encode",
+        prog="python -m bench.proxies.encode",
         description="Encode FILE with the gateway's encode_clip REPEATS times in this process, "
         "printing each encode's seconds (the worker of `python -m bench --workloads encode`).",
     )

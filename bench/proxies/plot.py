@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.workloads import ALL_MODES
+from bench.shared.workloads import ALL_MODES
 
 Axis = Any  # matplotlib's Axes: imported only when a plot is drawn
 MODE_ORDER = ALL_MODES

@@ -11,11 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.plot import render_plot
-from bench.repeats_report import repeats_section
-from bench.workloads import ALL_MODES
+from bench.proxies.plot import render_plot
+from bench.repeats.report import repeats_section
+from bench.shared.workloads import ALL_MODES
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODE_ORDER = ALL_MODES
 
 
@@ -319,7 +318,7 @@ def write_results(results: dict[str, Any], directory: Path, plot: bool = True) -
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.report",
+        prog="python -m bench.proxies.report",
         description="Re-render saved results: each RESULT.json's Markdown and PNG, goals "
         "evaluated again (the Markdown is also printed).",
     )

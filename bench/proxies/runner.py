@@ -23,13 +23,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import clients, modes, procstat
-from bench.encode import measure_encode
-from bench.loadgen import LoadGeneratorProcess
-from bench.objects import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
-from bench.points import merge_runs, summarise
-from bench.repeats import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
-from bench.workloads import (
+from bench.objects.run import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
+from bench.proxies.encode import measure_encode
+from bench.repeats.run import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
+from bench.shared import clients, modes, procstat
+from bench.shared.loadgen import LoadGeneratorProcess
+from bench.shared.points import merge_runs, summarise
+from bench.shared.workloads import (
     Clip,
     ClipSet,
     Scenario,

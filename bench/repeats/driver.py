@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.workloads import Clip, ClipSet
+from bench.shared.workloads import Clip, ClipSet
 
 WAVES_IN_FLIGHT = 4
 CONVERSATIONS_IN_FLIGHT = 16

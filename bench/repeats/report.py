@@ -91,9 +91,9 @@ def repeats_section(rows: list[dict[str, Any]]) -> list[str]:
         lines += [
             "",
             "vLLM's frontend audio CPU was not measured (no vllm venv or "
-            "bench/vllm_frontend_cpu.py): the audio goals use the stub's decodes.",
+            "bench/vllm_frontend_cpu/): the audio goals use the stub's decodes.",
         ]
-    lines += ["", "vLLM audio CPU: `bench/vllm_frontend_cpu.py` (vLLM 0.33's JSON + request "
+    lines += ["", "vLLM audio CPU: `bench/vllm_frontend_cpu/` (vLLM 0.33's JSON + request "
               "validation, content-part parsing with media fetch and decode, data parser) on "
               "the bodies the stub received, minus the same bodies with their audio parts "
               "taken out; body CPU: the whole bodies (a uuid-only body still pays JSON and "

@@ -9,7 +9,7 @@ Each (phase, mode) gets a fresh stub and gateway: the stub keeps vLLM 0.33's pro
 a preprocessing delay (a clip is held only once its data was decoded) and records every chat body
 it receives, so the figures are of the bodies the gateway actually sent (retries included).
 Reported per mode: upstream bytes per request, gateway CPU per request, retries per 1000
-requests, the stub's decodes, and vLLM's frontend audio CPU per wave: `bench/vllm_frontend_cpu.py`
+requests, the stub's decodes, and vLLM's frontend audio CPU per wave: `bench/vllm_frontend_cpu/`
 (vLLM 0.33's own parse + decode + data parser) run on the recorded bodies in the vllm venv, when
 that venv exists. The driver runs in the bench process, so its CPU is never the gateway's.
 """
@@ -28,10 +28,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import modes, procstat
-from bench.points import BenchRun, summarise_latencies
-from bench.repeats_driver import Tally, drive
-from bench.workloads import STEREO_SECONDS, ClipSet, make_stereo_clips
+from bench.repeats.driver import Tally, drive
+from bench.shared import modes, procstat
+from bench.shared.points import BenchRun, summarise_latencies
+from bench.shared.workloads import STEREO_SECONDS, ClipSet, make_stereo_clips
 
 REPEATS_WORKLOAD_KEY = "repeats"
 REPEATS_MODES = ("data", "reference")
@@ -40,7 +40,7 @@ PREPROCESS_DELAY_MS = 20.0  # the stub's: vLLM decodes a data-carrying request b
 ROUNDS = 2  # per (phase, mode): data, reference, reference, data
 PACE_REQUESTS_PER_SECOND = 250.0  # below what data mode sustains here, so both run alike
 VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
-FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu.py"
+FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu" / "run.py"
 FRONTEND_TIMEOUT_SECONDS = 1800
 
 
@@ -334,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     import dataclasses
     import tempfile
 
-    from bench.repeats_report import repeats_section
-    from bench.workloads import WORKLOAD_REPEATS, make_clips
+    from bench.repeats.report import repeats_section
+    from bench.shared.workloads import WORKLOAD_REPEATS, make_clips
 
     parser = argparse.ArgumentParser(prog="python -m bench.repeats", description=__doc__)
     parser.add_argument("--clips", type=int, default=WORKLOAD_REPEATS.clips)
@@ -366,7 +366,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 1 if any(r["errors"] or r["mismatched"] for r in rows) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

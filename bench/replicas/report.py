@@ -1,5 +1,5 @@
 """The replicas bench's results: JSON, and a Markdown report of every wave, the goals (met or
-not, with the figures) and the hot-clips case. `python -m bench.replicas_report RESULT.json`
+not, with the figures) and the hot-clips case. `python -m bench.replicas.report RESULT.json`
 renders a saved result again."""
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def write_results(results: dict[str, Any], directory: Path, name: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.replicas_report")
+    parser = argparse.ArgumentParser(prog="python -m bench.replicas.report")
     parser.add_argument("result", type=Path)
     args = parser.parse_args(argv)
     results = json.loads(args.result.read_text())

@@ -30,11 +30,12 @@ from typing import Any
 
 import aiohttp
 
-from bench import procstat
-from bench.modes import ServerProcess, free_port, start
-from bench.replicas_counts import Reading, gateway_counts, replica_counts
-from bench.system import ENGINE_FLAGS, MODEL, RESULTS_DIR, SEEDS, chat_body
-from bench.system_clips import FORMS, write_clip
+from bench.replicas.counts import Reading, gateway_counts, replica_counts
+from bench.shared import procstat
+from bench.shared.modes import ServerProcess, free_port, start
+from bench.shared.real_engine import ENGINE_FLAGS, MODEL, SEEDS, chat_body
+from bench.shared.results import RESULTS_DIR
+from bench.shared.speech_clips import FORMS, write_clip
 from engine.router import RECOVERY_FLAGS, RouterServer, router_venv
 from engine.server import EngineServer, EngineSpec, build_models, engine_venv
 
@@ -224,7 +225,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    from bench.replicas_report import write_results
+    from bench.replicas.report import write_results
 
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:

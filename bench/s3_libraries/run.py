@@ -20,7 +20,7 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 
-from bench.modes import free_port
+from bench.shared.modes import free_port
 
 SMALL_BYTES, SMALL_OBJECTS, SMALL_REQUESTS = 56_000, 50, 1000
 BIG_BYTES = 64 * 1024 * 1024
@@ -135,7 +135,3 @@ def main() -> None:
     finally:
         moto.terminate()
         moto.wait()
-
-
-if __name__ == "__main__":
-    main()

@@ -4,7 +4,7 @@ It runs in a separate process so its CPU is never charged to the proxy under tes
 bodies are built once per (workload, body form) before any timing, as bytes; a measured point
 is N workers sharing one connection pool, each sending its next request as soon as its last
 answer is read; the pool keeps its connections alive unless the run says `"connections":
-"per-request"` (bench/clients.py), and the answer counts the connections it opened. Every
+"per-request"` (bench/shared/clients.py), and the answer counts the connections it opened. Every
 answer must be 200; on a sample (every Nth request, and every request of a big clip) the
 stub's decoded sha256 is compared with the clip's. Latencies go back raw (in
 microseconds) so several loadgen processes can be merged.
@@ -116,7 +116,7 @@ class LoadGenerator:
     async def run(self, command: dict[str, Any]) -> dict[str, Any]:
         import aiohttp
 
-        from bench.clients import KEEP_ALIVE, client_session
+        from bench.shared.clients import KEEP_ALIVE, client_session
 
         key, form = command["key"], command["form"]
         bodies = self.prepare(key, form)
@@ -183,7 +183,7 @@ def _loop_factory() -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(
-        prog="python -m bench.loadgen",
+        prog="python -m bench.shared.loadgen",
         description="The benchmark's load generator worker: JSON commands on stdin, one answer "
         "a line on stdout (started by `python -m bench`; see this module's docstring).",
     ).parse_args(argv)
@@ -207,11 +207,11 @@ class LoadGeneratorProcess:
     def __init__(self, log_path: Path) -> None:
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "bench.loadgen"],
+            [sys.executable, "-m", "bench.shared.loadgen"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=Path(__file__).resolve().parents[2],
             text=True,
             start_new_session=True,
         )

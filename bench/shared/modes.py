@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import procstat
-from bench.stub_timing import PLAIN, StubTiming
+from bench.shared import procstat
+from bench.shared.stub_timing import PLAIN, StubTiming
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_SECONDS = 30.0
 NGINX_CANDIDATES = ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
 
@@ -42,7 +42,7 @@ MODES = {
         Mode("gateway", "path", "audio-gateway, path form, warm cache", gateway=True),
         Mode("gateway-passthrough", "audio_data", "audio-gateway relaying audio_data", True),
         Mode("gateway-keyed", "path", "gateway, with the clip key ([routing])", gateway=True),
-        # workload (s3) only, see bench/objects.py
+        # workload (s3) only, see bench/objects/
         Mode("seed-reference-s3", "path", "BASELINE: per-request S3 GET + stdlib base64 + json"),
         Mode("gateway-s3", "path", "audio-gateway, clips on S3, revalidate = true", True),
         Mode("gateway-s3-immutable", "path", "the same, revalidate = false", True),
@@ -175,7 +175,7 @@ def gateway_argv(config: Path, port: int, upstream: str, audio_root: Path) -> li
 
 def start_seed_reference(workdir: Path, upstream: str, audio_root: Path) -> ServerProcess:
     port = free_port()
-    argv = [sys.executable, "-m", "bench.seed_reference", "--port", str(port)]
+    argv = [sys.executable, "-m", "bench.shared.seed_reference", "--port", str(port)]
     argv += ["--upstream", upstream, "--audio-root", str(audio_root)]
     return start(ServerProcess("seed-reference", argv, port, workdir))
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench import modes, procstat
-from bench.loadgen import LoadGeneratorProcess
-from bench.workloads import ClipSet
+from bench.shared import modes, procstat
+from bench.shared.loadgen import LoadGeneratorProcess
+from bench.shared.workloads import ClipSet
 
 
 class BenchRun(Protocol):

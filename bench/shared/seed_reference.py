@@ -10,7 +10,7 @@ comparison is about the per-request work, not the event loop.
 With `--s3-endpoint URL --s3-bucket B` the paths are keys of that bucket, fetched per request
 with an async GET (obstore), then encoded and spliced the same way: the object-storage baseline.
 
-Run alone: `python -m bench.seed_reference --port 8090 --upstream URL --audio-root DIR`.
+Run alone: `python -m bench.shared.seed_reference --port 8090 --upstream URL --audio-root DIR`.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def chat_completions(request: web.Request) -> web.Response:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.seed_reference",
+        prog="python -m bench.shared.seed_reference",
         description="The naive per-request baseline (bench only).",
     )
     parser.add_argument("--host", default="127.0.0.1")

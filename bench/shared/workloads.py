@@ -3,8 +3,8 @@
 (a) LibriSpeech-PC-shaped: many ~56 KB 16 kHz mono WAV clips, several seeds each, shuffled.
 (b) long-form: ~10 MB clips, a few seeds each.
 (c) one huge clip (256 MiB) streamed through a fresh proxy, for its peak RSS.
-(s3) ~56 KB clips on a local S3 server (bench/objects.py).
-(repeats) ~56 KB clips sent again and again, by data and by reference (bench/repeats.py).
+(s3) ~56 KB clips on a local S3 server (bench/objects/).
+(repeats) ~56 KB clips sent again and again, by data and by reference (bench/repeats/).
 Clip content is seeded pseudo-random PCM, so every clip is distinct and every run identical.
 """
 
@@ -16,7 +16,7 @@ import wave
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench.stub_timing import VLLM_LIKE, StubTiming
+from bench.shared.stub_timing import VLLM_LIKE, StubTiming
 from gateway.audio.samples import SAMPLE_RATE_HZ
 
 WAV_HEADER_BYTES = 44
@@ -54,8 +54,8 @@ class Scenario:
     sha_check_every: int = 8  # the stub's decoded sha256 is compared on every Nth response
     loadgen_processes: int = 1
     rounds: int = 2  # each point is split into rounds that interleave the modes
-    connections: str = "keep-alive"  # or "per-request": bench/clients.py
-    stub_timing: StubTiming = VLLM_LIKE  # bench/stub_timing.py; --unpaced-stub: PLAIN
+    connections: str = "keep-alive"  # or "per-request": bench/shared/clients.py
+    stub_timing: StubTiming = VLLM_LIKE  # bench/shared/stub_timing.py; --unpaced-stub: PLAIN
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def with_modes(self, modes: tuple[str, ...]) -> Scenario:

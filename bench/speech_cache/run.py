@@ -44,7 +44,3 @@ def main(argv: list[str] | None = None) -> None:
             f"| {len(raw) / best / 1e9:.2f} GB/s | {encoded / 2**20:.2f} MiB "
             f"| {len(raw) / 2**20:.2f} MiB |"
         )
-
-
-if __name__ == "__main__":
-    main()

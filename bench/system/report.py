@@ -1,5 +1,5 @@
 """The system bench's results: JSON, a Markdown report that leads with the pair against vLLM
-alone, the goals (met or not, with the figures) and one PNG. `python -m bench.system_report
+alone, the goals (met or not, with the figures) and one PNG. `python -m bench.system.report
 RESULT.json` renders a saved result again."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.system_split import split_goals, split_section
+from bench.system.split import split_goals, split_section
 
 DIRECT, REFERENCE, NORMALIZED = "vllm-direct", "gateway-reference", "gateway-reference-normalize"
 GATEWAY_SHARE_GOAL = 0.10
@@ -236,7 +236,7 @@ def write_results(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.system_report", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.system.report", description=__doc__)
     parser.add_argument("result", type=Path, help="a bench/results/*-system.json")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)

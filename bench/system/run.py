@@ -4,12 +4,12 @@ engine (vLLM 0.32's CPU build serving the tiny Qwen2-Audio of engine/models.py).
 One vLLM server and one gateway process per gateway mode run for the whole bench; the modes are
 interleaved wave by wave (each wave a new clip, then the same clip again), so every mode meets
 the same machine. Per request it reports the CPU (each thread's time on the CPU, from
-/proc/<pid>/task/*/schedstat: bench/procstat.py) of vLLM's API-server process, of all vLLM's
+/proc/<pid>/task/*/schedstat: bench/shared/procstat.py) of vLLM's API-server process, of all vLLM's
 processes (API server, EngineCore, worker) and of the gateway's process, wall p50 and p95, and
 the bytes vLLM's API server received (its own `http_request_size_bytes` summary). The client
-keeps its connections alive (`--connection-per-request`: one per request; bench/clients.py);
+keeps its connections alive (`--connection-per-request`: one per request; bench/shared/clients.py);
 the gateway's CPU per uuid-only request and per request carrying the clip come from the two
-waves of a clip (bench/system_split.py).
+waves of a clip (bench/system/split.py).
 
     vllm-direct                  the client sends data URIs straight to vLLM (NeMo Gym, Skills)
     gateway-data                 metadata.audio_path through the gateway, `repeats = "data"`
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import re
 import statistics
@@ -41,8 +40,8 @@ from typing import Any
 
 import aiohttp
 
-from bench import procstat
-from bench.clients import (
+from bench.shared import procstat
+from bench.shared.clients import (
     AIOHTTP_IDLE_S,
     KEEP_ALIVE,
     PER_REQUEST,
@@ -50,23 +49,17 @@ from bench.clients import (
     ClientPools,
     describe,
 )
-from bench.modes import ServerProcess, free_port, start
-from bench.system_clips import FORMS, Form, write_clip
-from bench.system_split import again_name
+from bench.shared.modes import ServerProcess, free_port, start
+from bench.shared.real_engine import ENGINE_FLAGS, MODEL, SEEDS, chat_body
+from bench.shared.results import RESULTS_DIR
+from bench.shared.speech_clips import FORMS, Form, write_clip
+from bench.system.split import again_name
 from engine.server import EngineServer, EngineSpec, build_models, engine_venv
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MODEL = "tiny-qwen2-audio"
-SEEDS = 16
 TURNS = 4
 CONVERSATIONS = 4
 FIRST_COPIES = 8
-MAX_TOKENS = 4
 REQUEST_TIMEOUT_S = 300
-ENGINE_FLAGS = (
-    "--max-model-len", "2048", "--max-num-seqs", "16", "--max-num-batched-tokens", "4096",
-    "--limit-mm-per-prompt", '{"audio": 2}',
-)  # fmt: skip
 MODES = ("vllm-direct", "gateway-data", "gateway-reference", "gateway-reference-normalize")
 GATEWAY_CONFIG = {
     "gateway-data": '[splice]\nrepeats = "data"\n',
@@ -148,24 +141,6 @@ class Processes:
         async with session.get(f"{self.engine.url}/metrics") as response:
             text = await response.text()
         return sum(float(value) for value in SIZE_METRIC.findall(text))
-
-
-def chat_body(clip: Path | None, mode: str, history: list[dict[str, Any]]) -> dict[str, Any]:
-    """A chat body whose new user turn carries `clip` (as a data URI for vllm-direct, else as
-    `metadata.audio_path`, which the gateway splices into that turn); None: text only."""
-    text = {"type": "text", "text": "What is said in this clip?"}
-    body: dict[str, Any] = {"model": MODEL, "max_tokens": MAX_TOKENS, "temperature": 0.0}
-    content: Any = [text]
-    if clip is None:
-        content = "Say something."
-    elif mode == "vllm-direct":
-        mime = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg"}[clip.suffix[1:]]
-        uri = f"data:{mime};base64,{base64.b64encode(clip.read_bytes()).decode()}"
-        content = [{"type": "audio_url", "audio_url": {"url": uri}}, text]
-    else:
-        body["metadata"] = {"audio_path": clip.name}
-    body["messages"] = [*history, {"role": "user", "content": content}]
-    return body
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], cell: Cell) -> str:
@@ -326,7 +301,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         choices=[2],
         help="two engines behind vllm-router, with and without the clip key: another bench "
-        "with flags of its own (`--replicas 2 --help`, bench/replicas.py)",
+        "with flags of its own (`--replicas 2 --help`, bench/replicas/)",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -409,11 +384,11 @@ async def run_plan(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.system_report import write_results
+    from bench.system.report import write_results
 
     argv = sys.argv[1:] if argv is None else argv
-    if any(arg.startswith("--replicas") for arg in argv):  # its own flags: bench/replicas.py
-        from bench import replicas
+    if any(arg.startswith("--replicas") for arg in argv):  # its own flags: bench/replicas/
+        from bench.replicas import run as replicas
 
         return replicas.main(argv)
     args = parse_args(argv)
@@ -423,7 +398,3 @@ def main(argv: list[str] | None = None) -> int:
     write_results(results, args.results_dir, args.name, plot_png=not args.no_plot)
     failed = sum(cell["errors"] for cell in results["cells"].values())
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

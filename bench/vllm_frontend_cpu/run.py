@@ -42,12 +42,10 @@ whole report goes to that file.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import json
 import statistics
-import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -55,37 +53,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.vllm_frontend_cpu", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("bodies", type=Path, help="JSONL: one chat-completions body a line")
-    parser.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        default=None,
-        metavar="OUT",
-        help="the whole report, per body included: on stdout, or written to OUT",
-    )
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="runs per body, the median counts (default 3)"
-    )
-    parser.add_argument(
-        "--allowed-local-media-path", default=None, help="vLLM's flag, for file:// parts"
-    )
-    parser.add_argument(
-        "--audio-backend",
-        default="soundfile",
-        choices=["soundfile", "pyav", "torchcodec", "auto"],
-        help="vLLM's audio decoder (default soundfile; vLLM's own default is auto)",
-    )
-    return parser
-
-
-if __name__ == "__main__":  # --help and bad flags answer before vLLM loads (or is missing)
-    build_parser().parse_args()
+from bench.vllm_frontend_cpu.flags import build_parser
 
 with warnings.catch_warnings():  # vLLM's imports warn about the torch build
     warnings.simplefilter("ignore")
@@ -283,7 +251,3 @@ def main(argv: list[str] | None = None) -> int:
     shown = result if args.json == "-" else {k: v for k, v in result.items() if k != "per_body"}
     print(json.dumps(shown, indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,8 @@ in turn (interleaved, the order alternating round by round), so the ratios hold 
 machine.
 Reported per worker count: req/s of each round and their median, the ratio to the first count,
 and the gateway's CPU per request (the supervisor and every worker, from /proc). The load
-generator (`bench/loadgen.py`) is a process of its own; on a small machine it, the stub and the
-gateway share the cores, which is what the "other CPU" column shows.
+generator (`bench/shared/loadgen.py`) is a process of its own; on a small machine it, the stub
+and the gateway share the cores, which is what the "other CPU" column shows.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench import modes, procstat
-from bench.loadgen import LoadGeneratorProcess
-from bench.workloads import WORKLOAD_A, ClipSet, make_clips
+from bench.shared import modes, procstat
+from bench.shared.loadgen import LoadGeneratorProcess
+from bench.shared.workloads import WORKLOAD_A, ClipSet, make_clips
 
 # Few enough clips that every worker's cache holds them all after the warm-up: each worker has
 # its own cache, and SO_REUSEPORT deals connections at random.
@@ -159,7 +159,3 @@ def main(argv: list[str] | None = None) -> None:
     print(report(results, args))
     if args.json:
         args.json.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=1))
-
-
-if __name__ == "__main__":
-    main()
