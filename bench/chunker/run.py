@@ -37,7 +37,7 @@ from gateway.clips.loaded import PathClip
 from gateway.config import Config
 from gateway.metrics import GatewayMetrics
 from gateway.naming.sidechannel import DEFAULT_KEYS
-from gateway.request.pipeline import build_pipeline
+from gateway.request.build import build_pipeline
 
 RATE_HZ = 16_000
 FORMATS = {  # name: (container, subtype, extension)
