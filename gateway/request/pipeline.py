@@ -76,6 +76,8 @@ class RewritePipeline:
     ):
         self.config = config
         self.keyed = keyed  # bodies carry their clips' key ([routing] affinity_headers)
+        # Inline audio's sha256 is wanted (key, uuid): its check hashes it, one decode for both.
+        self.hash_inline = keyed or config.part_uuid or config.repeats == "reference"
         self.keys = keys  # the sidechannel's key names under [sidechannel] key_prefix
         self.parts = parts  # None: [sidechannel] content_parts = "pass"
         self.metrics = metrics
@@ -144,7 +146,9 @@ class RewritePipeline:
         `[chunking]` off, clips past that threshold are counted and logged (over_window.py)."""
         if body is None:
             body = parse_json_object(raw)
-        sidechannel = self.keys.read(body, self.max_clips, self.max_clip_bytes)
+        sidechannel = self.keys.read(
+            body, self.max_clips, self.max_clip_bytes, sha256=self.hash_inline
+        )
         in_parts = self.part_clips(body, shape, part_params)
         if sidechannel is None and not in_parts:
             return raw
