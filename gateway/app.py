@@ -37,13 +37,13 @@ from .references.body import ReferencedBody
 from .references.held import UpstreamClips
 from .references.models import ModelReferences
 from .references.relay import ReferenceRelay
-from .request.pipeline import (
+from .request.build import build_pipeline
+from .request.pipeline import RewritePipeline
+from .request.shapes import (
     CHAT_AUDIO_URL,
     CHAT_INPUT_AUDIO,
     RESPONSES,
-    RewritePipeline,
     RouteShape,
-    build_pipeline,
     parse_json_object,
 )
 from .request.speech import SpeechUploads

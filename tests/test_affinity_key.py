@@ -27,8 +27,8 @@ from gateway.affinity import (
     with_clip_key,
 )
 from gateway.affinity.headers import REFUSED_NAMES
-from gateway.affinity.key import DECODE_CHUNK_CHARS
 from gateway.affinity.parts import part_digest, url_digest
+from gateway.naming.strict_base64 import DECODE_CHUNK_CHARS
 from tests.test_config import config_error, run_cli
 
 clips = st.binary(min_size=1, max_size=512)

@@ -16,6 +16,7 @@ import pytest
 
 from gateway.audio.samples import write_tone
 from gateway.stub_upstream import StubState
+from gateway.stub_upstream.served import ServedModel
 from gateway.stub_upstream.window import ModelWindow
 from tests.conftest import GatewayFactory, chat_body, gateway_metrics
 from tests.test_references import (
@@ -127,7 +128,7 @@ async def test_a_forgetting_cache_is_learned_after_one_retry(
     assert (await health_models(client))["stub-audio-model"]["reason"] == "refused"
 
 
-@pytest.mark.stub(tokenizer_mode="mistral")
+@pytest.mark.stub(served=ServedModel(mistral=True))
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_model_refusing_uuid_only_parts_gives_the_client_only_200s(
     make_gateway: GatewayFactory,

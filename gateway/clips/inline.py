@@ -14,12 +14,32 @@ ever recorded for it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..affinity import SHA256_PREFIX
-from ..naming.content_parts import Place, content_parts, part_url
-from ..references.body import InlinePart
+from ..affinity import SHA256_PREFIX, clip_key, part_digests, placed_digests
+from ..naming.content_parts import PartClip, Place, content_parts, part_url
+from ..references.body import InlinePart, ReferencedBody
+from ..upstream.body import Placeholders
+
+
+def client_digests(items: Any, in_parts: Sequence[PartClip]) -> dict[Place, str | None]:
+    """The digest of each part of `items` by place, but for the path parts the gateway reads
+    (`in_parts`): the audio parts the client inlined itself, hashed once for both the clip key
+    and their uuids."""
+    return placed_digests(items, {found.place for found in in_parts})
+
+
+def inline_body(
+    body: dict[str, Any], items: Any, digests: Mapping[Place, str | None], *, keyed: bool
+) -> ReferencedBody | None:
+    """A body with no clip for the gateway to read, as a `ReferencedBody` of the audio the
+    client inlined (`items` is where its parts are); None when it has none to name."""
+    inline = inline_parts(items, digests)
+    if not inline:
+        return None
+    key = clip_key(part_digests(items, digests)) if keyed else None
+    return ReferencedBody.of(body, Placeholders(), [], [], key, inline)
 
 
 def inline_parts(items: Any, digests: Mapping[Place, str | None]) -> list[InlinePart]:

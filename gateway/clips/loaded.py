@@ -103,6 +103,8 @@ def content_sha256(clip: LoadedClip, digest: str | None = None) -> str:
     if digest is not None and digest.startswith(SHA256_PREFIX):
         return digest[len(SHA256_PREFIX) :]
     if isinstance(clip, InlineAudio):
+        if clip.sha256 is not None:  # hashed by the sidechannel's check
+            return clip.sha256
         return hashlib.sha256(pybase64.b64decode(clip.payload)).hexdigest()
     if clip.audio.sha256 is None:
         raise AssertionError("the audio store computes digests when part_uuid is on")
@@ -115,6 +117,8 @@ def clip_digest(clip: LoadedClip) -> str:
     were not hashed before it is sent (streamed, or fetched by vLLM from its URL) by its
     identity: a file's real path, mtime_ns and size; an object's bucket, key, ETag and size."""
     if isinstance(clip, InlineAudio):
+        if clip.sha256 is not None:  # hashed by the sidechannel's check
+            return sha256_digest(clip.sha256)
         return base64_digest(clip.uri, clip.payload_start)  # strict base64: checked
     if clip.audio.sha256 is not None:
         return sha256_digest(clip.audio.sha256)

@@ -45,7 +45,8 @@ from ..upstream.multipart import (
     text_part,
 )
 from ..upstream.relay import request_body_chunks, request_body_length, request_headers_for_upstream
-from .pipeline import RewritePipeline, parse_json_object
+from .pipeline import RewritePipeline
+from .shapes import parse_json_object
 
 log = logging.getLogger("gateway.speech")  # the name the docs give
 

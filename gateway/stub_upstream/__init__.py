@@ -19,8 +19,7 @@ asked, speaks vLLM's realtime WebSocket (`/v1/realtime`, `realtime.py`), and rea
 speech-to-text routes' multipart forms as vLLM's FastAPI handler does (`speech.py`). It holds
 clips by uuid as vLLM's multimodal processor cache does (`mm_cache.py`, `cache_control.py`:
 uuid-only parts, the cache-miss 400, /pause /sleep /reset_mm_cache, engine drift), can stand
-for layouts that defeat references (several API servers each with its own cache, the mistral
-tokenizer mode's 400 for uuid-only parts: `api_servers.py`) and can
+for several API servers each with its own cache (`api_servers.py`) and can
 record the chat bodies it receives (`body_log.py`). It can pace its answers and write head
 and body apart as vLLM does (`pacing.py`). Run alone with `python -m gateway.stub_upstream
 --port 8000`; `/metrics` is `vllm_metrics.py`.

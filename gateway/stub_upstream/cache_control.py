@@ -77,12 +77,6 @@ def add_mm_cache_arguments(parser: argparse.ArgumentParser) -> None:
         "balancing requests), not each connection",
     )
     parser.add_argument(
-        "--tokenizer-mode",
-        choices=["auto", "mistral"],
-        default="auto",
-        help="vLLM's flag: mistral (Voxtral) refuses uuid-only audio parts with a 400",
-    )
-    parser.add_argument(
         "--mm-preprocess-delay-ms",
         type=float,
         default=0.0,

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .api_servers import ApiServers, TokenizerMode
+from .api_servers import ApiServers
 from .body_log import BodyLog
 from .mm_cache import DEFAULT_CACHE_GB, GIB, MmProcessorCache
 
@@ -49,7 +49,6 @@ class StubState:
     mm_preprocess_delay_seconds: float = 0.0
     # Several API-server processes, each with its own cache (None: one, `mm_cache`).
     api_servers: ApiServers | None = None
-    tokenizer_mode: TokenizerMode = "auto"  # "mistral": uuid-only parts are a 400 (Voxtral)
     body_log: BodyLog | None = None
     streams_finished: int = 0
     cancelled: int = 0
