@@ -32,6 +32,10 @@ from .pool import (
 
 log = logging.getLogger("gateway.relay")  # named before the move: log filters key on it
 
+# Headers a router in front of the replicas adds to name the replica that answered: a backend
+# address (SMG's `x-smg-routed-worker-id: http://10.0.0.11:8000`), which the gateway's clients
+# have no business seeing. Its `x-request-id` names the request, not the replica: relayed.
+BACKEND_ADDRESS_HEADERS = frozenset({"x-smg-routed-worker-id"})
 BUFFERED_RESPONSE_MAX_BYTES = 1024 * 1024  # larger or unsized answers are streamed
 RELAY_FAILURES = (UpstreamClosed, UpstreamTimedOut, OSError)
 
@@ -87,10 +91,18 @@ def request_headers_for_upstream(
     return headers
 
 
+def names_a_backend(name: str) -> bool:
+    """`name` (any case) is a header that gives away the address of a replica behind the
+    upstream: never relayed to the client."""
+    return name.lower() in BACKEND_ADDRESS_HEADERS
+
+
 def response_headers_for_client(headers: RawHeaders) -> CIMultiDict[str]:
-    """The upstream's headers minus hop-by-hop ones and Content-Length (the relay frames)."""
+    """The upstream's headers minus hop-by-hop ones, Content-Length (the relay frames) and those
+    that name a backend (`names_a_backend`)."""
     connection = [v.decode("latin-1") for k, v in headers if k.lower() == b"connection"]
     drop = HOP_BY_HOP_HEADERS | named_in_connection(connection) | {"content-length"}
+    drop |= BACKEND_ADDRESS_HEADERS
     kept: CIMultiDict[str] = CIMultiDict()
     for key, value in headers:
         name = key.decode("latin-1")
