@@ -20,7 +20,7 @@ from ..affinity import (
     part_digests,
     sha256_digest,
 )
-from ..audio.durations import AudioHeader, read_base64_header
+from ..audio.durations import AudioHeader, check_decode_limits, read_base64_header
 from ..audio.encoder import EncodedAudio, StreamedAudio
 from ..audio.sources import AudioSource
 from ..audio.sources.objects import ObjectClip
@@ -58,6 +58,15 @@ def clip_header(clip: LoadedClip) -> AudioHeader | None:
     if isinstance(clip, InlineAudio):
         return read_base64_header(clip.payload, base64_decoded_size(clip.uri, clip.payload_start))
     return clip.audio.header
+
+
+def check_clip_limits(clip: LoadedClip, max_seconds: float, max_decode_bytes: int) -> None:
+    """vLLM's decode limits (`audio.max_duration_seconds`, `audio.max_decode_bytes`), from the
+    clip's header: 413 before anything is sent."""
+    label, given, param = clip_names(clip)
+    check_decode_limits(
+        clip_header(clip), max_seconds, max_decode_bytes, label=label, given=given, param=param
+    )
 
 
 def base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:

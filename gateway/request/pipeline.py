@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..affinity import clip_key, part_digests
 from ..audio.cache import AudioStore
-from ..audio.durations import check_decode_limits
 from ..audio.policy import BatchedResolver, PathPolicy
 from ..audio.recent import RecentPaths
 from ..audio.sources import AudioSource
@@ -24,9 +23,8 @@ from ..clips.inline import client_digests, inline_body, inline_parts
 from ..clips.loaded import (
     LoadedClip,
     base64_bytes,
+    check_clip_limits,
     clip_digest,
-    clip_header,
-    clip_names,
     clips_key,
     close_streams,
     referable,
@@ -163,7 +161,7 @@ class RewritePipeline:
             self.metrics.count_clips(len(refs) - len(in_parts), len(in_parts))
         try:
             for clip in clips:
-                self._check_length(clip)
+                check_clip_limits(clip, self.max_duration_seconds, self.max_decode_bytes)
             if split and self.chunker is not None and shape.chunkable and len(clips) == 1:
                 place = in_parts[0].place if in_parts else None
                 chunked = await split_long_clip(
@@ -273,19 +271,6 @@ class RewritePipeline:
         digest: str | None = None,
     ) -> Part:
         return audio_part(clip, shape, placeholders, digest, part_uuid=self.config.part_uuid)
-
-    def _check_length(self, clip: LoadedClip) -> None:
-        """vLLM's decode limits, from the clip's header: 413 before anything is sent."""
-        label, given, param = clip_names(clip)
-        header = clip_header(clip)
-        check_decode_limits(
-            header,
-            self.max_duration_seconds,
-            self.max_decode_bytes,
-            label=label,
-            given=given,
-            param=param,
-        )
 
     def _log_legacy_key_once(self, sidechannel: Sidechannel) -> None:
         if not self._legacy_key_logged:
