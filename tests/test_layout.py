@@ -121,6 +121,7 @@ def test_every_room_says_what_it_holds() -> None:
 
 def test_the_clip_key_room_is_pure() -> None:
     """`affinity` computes the clip key from what it is given: it may read what an audio part
-    names (`naming`), nothing that does I/O or holds state."""
-    assert GRAPHS[("gateway",)]["affinity"] <= {"naming"}
+    names (`naming`) and the header names the relay owns (`hop_headers`), nothing that does
+    I/O or holds state."""
+    assert GRAPHS[("gateway",)]["affinity"] <= {"naming", "hop_headers"}
     assert "affinity" in GRAPHS[("gateway",)]["upstream"]  # the pool sets the headers

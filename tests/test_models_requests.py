@@ -23,6 +23,7 @@ from gateway.stub_upstream.served import ServedModel
 from gateway.stub_upstream.window import ModelWindow, window_key
 from tests.conftest import (
     GatewayFactory,
+    audio_part,
     cache_stats,
     chat_body,
     forwarded_json,
@@ -256,6 +257,27 @@ class TestReferences:
             (part,) = forwarded_json(stub)["messages"][0]["content"][:1]
             assert part["audio_url"]["url"].startswith("data:audio/wav;base64,")
             assert part["uuid"]
+
+    @pytest.mark.stub(
+        served=ServedModel("voxtral", "mistralai/Voxtral-Mini-3B-2507", 5, mistral=True)
+    )
+    async def test_placed_by_the_upstream_and_inline_parts_too(
+        self, make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+    ) -> None:
+        splice = {"repeats": "reference", "reference_wait_ms": 0}
+        placement = {"ask_upstream": True}
+        gateway = await make_gateway(splice=splice, placement=placement)
+        inline = audio_part(audio_dir / "b.wav")
+        rows = [
+            body_for("voxtral", {"audio_path": "a.wav"}),
+            {"model": "voxtral", "messages": [{"role": "user", "content": [inline]}]},
+        ]
+        for body in rows * 3:
+            response = await gateway.post(CHAT, json=body)
+            assert response.status == 200, await response.text()
+            part = forwarded_json(stub)["messages"][0]["content"][0]
+            assert part["audio_url"]["url"].startswith("data:audio/wav;base64,")
+        assert stub.rejected == 0  # never a refused uuid-only part, never a retry
 
     async def test_a_model_that_takes_them_gets_them(
         self, make_gateway: GatewayFactory, stub: StubState

@@ -5,8 +5,10 @@ into the pipeline's settings for this request.
 - the form its clips are loaded in: its rate with `[normalize]` on, mono where it refuses
   stereo (`[normalize]` on or off);
 - where `[chunking]` cuts its clips, or, with `[chunking]` off, the window the over-window
-  log uses;
-- whether its parts may go by uuid alone (`[splice] repeats = "reference"`).
+  log uses.
+
+Whether its parts may go by uuid alone (`[splice] repeats = "reference"`) the reference relay
+asks the placement itself (`Placement.refuses_uuid_only`, wired by the app).
 """
 
 from __future__ import annotations
@@ -73,8 +75,3 @@ class ModelSettings:
         if rules.placed:
             return ModelWindow(longest, f"the longest clip {rules.architecture} hears whole")
         return ModelWindow(longest)
-
-    @staticmethod
-    def by_reference(rules: ModelRules) -> bool:
-        """Whether the model takes uuid-only parts (else every part keeps data and uuid)."""
-        return rules.profile.accepts_uuid_only_parts

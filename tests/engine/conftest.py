@@ -136,10 +136,19 @@ def venv() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_models(venv: Path) -> dict[str, Path]:
+    """Every tiny model directory engine/models.py builds, by name (built once, reused)."""
+    return build_models(venv, venv / "tiny-models")
+
+
+@pytest.fixture(scope="session")
 def engines(
-    venv: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+    venv: Path,
+    tiny_models: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
 ) -> Iterator[Engines]:
-    models = build_models(venv, venv / "tiny-models")
+    models = tiny_models
     # A directory of its own (not the pytest tmp tree) and resolved: vLLM compares real paths.
     media_root = Path(tempfile.mkdtemp(prefix="engine-audio-")).resolve()
     workdir = tmp_path_factory.mktemp("engines")

@@ -1,0 +1,9 @@
+"""`python -m bench.affinity_key`: see run.py."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.affinity_key.run import main
+
+sys.exit(main())

@@ -1,0 +1,9 @@
+"""`python -m bench.dataset_tools`: see run.py."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.dataset_tools.run import main
+
+sys.exit(main())
