@@ -24,6 +24,7 @@ from typing import Any
 from tqdm import tqdm
 
 from bench.objects.run import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
+from bench.proxies import modes
 from bench.proxies.encode import measure_encode
 from bench.repeats.run import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
 from bench.shared import clients, procstat, servers
@@ -51,7 +52,7 @@ class Bench:
         self.audio_root = workdir / "audio"
         self.audio_root.mkdir()
         self.progress = progress
-        self.nginx = servers.find_nginx()
+        self.nginx = modes.find_nginx()
         self.stub: servers.ServerProcess | None = None
         self.servers: dict[str, servers.ServerProcess | None] = {}
         self.loadgens: list[LoadGeneratorProcess] = []
@@ -59,7 +60,7 @@ class Bench:
         self.modes = self._available_modes()
 
     def _available_modes(self) -> list[str]:
-        chosen = [mode for mode in self.scenario.modes if mode in servers.MODES]
+        chosen = [mode for mode in self.scenario.modes if mode in modes.MODES]
         if "nginx" in chosen and self.nginx is None:
             chosen.remove("nginx")
             self.notes.append(
@@ -78,7 +79,7 @@ class Bench:
         for index in range(self.scenario.loadgen_processes):
             self.loadgens.append(LoadGeneratorProcess(self.workdir / f"loadgen{index}.log"))
         for mode in self.modes:
-            self.servers[mode] = servers.start_mode(
+            self.servers[mode] = modes.start_mode(
                 mode, self.workdir, self.stub, self.audio_root, self.nginx
             )
 
@@ -124,7 +125,7 @@ class Bench:
                 {
                     "op": "run",
                     "key": key,
-                    "form": servers.MODES[mode].form,
+                    "form": modes.MODES[mode].form,
                     "url": self.target(mode),
                     "concurrency": concurrency // share + (index < concurrency % share),
                     "requests": count,
@@ -170,7 +171,7 @@ class Bench:
 
     def cache_misses(self, mode: str) -> int | None:
         server = self.servers.get(mode)
-        if server is None or not servers.MODES[mode].gateway:
+        if server is None or not modes.MODES[mode].gateway:
             return None
         return read_cache_misses(server.url)
 
@@ -191,7 +192,7 @@ def run_workload(bench: Bench, clipset: ClipSet) -> tuple[list[dict[str, Any]], 
     workload = clipset.workload
     order = list(clipset.order)
     bench.load(workload.key, list(clipset.clips), order)
-    for form in sorted({servers.MODES[mode].form for mode in bench.modes}):
+    for form in sorted({modes.MODES[mode].form for mode in bench.modes}):
         bench.prepare(workload.key, form)
     points: list[dict[str, Any]] = []
     misses_start = {mode: bench.cache_misses(mode) for mode in bench.modes}
@@ -230,7 +231,7 @@ def run_workload(bench: Bench, clipset: ClipSet) -> tuple[list[dict[str, Any]], 
 def run_huge_clip(bench: Bench, clip: Clip, warm: Clip, mode: str) -> dict[str, Any]:
     """A fresh proxy, one small request, then the huge clip: VmHWM minus the RSS before it."""
     assert bench.stub is not None
-    server = servers.start_mode(mode, bench.workdir, bench.stub, bench.audio_root, bench.nginx)
+    server = modes.start_mode(mode, bench.workdir, bench.stub, bench.audio_root, bench.nginx)
     assert server is not None
     previous, bench.servers[mode] = bench.servers.get(mode), server
     try:
@@ -280,7 +281,7 @@ def machine_info(bench: Bench) -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "aiohttp": aiohttp.__version__,
-        "nginx": servers.nginx_version(bench.nginx) if bench.nginx else None,
+        "nginx": modes.nginx_version(bench.nginx) if bench.nginx else None,
         "git": git_revision(),
     }
 
@@ -383,7 +384,7 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
         "machine": info,
         "scenario": asdict(scenario),
         "modes": ran_modes,
-        "mode_descriptions": {mode: servers.MODES[mode].description for mode in ran_modes},
+        "mode_descriptions": {mode: modes.MODES[mode].description for mode in ran_modes},
         "client": clients.describe(
             scenario.connections,
             sum(p.get("connections_opened", 0) for p in points),
@@ -402,7 +403,7 @@ def run_benchmark(scenario: Scenario, progress: bool = True) -> dict[str, Any]:
 
 def run_huge_clips(bench: Bench, warm: Clip) -> list[dict[str, Any]]:
     scenario = bench.scenario
-    chosen = [mode for mode in scenario.huge_clip_modes if mode in servers.MODES]
+    chosen = [mode for mode in scenario.huge_clip_modes if mode in modes.MODES]
     if not scenario.huge_clip_bytes or not chosen:
         return []
     clip = make_huge_clip(bench.audio_root, scenario.huge_clip_bytes)
