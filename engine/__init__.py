@@ -6,5 +6,6 @@
   model in `tiny/`;
 - `launch.py`: vLLM's own CLI, with the one fix this distribution needs (runs in that venv);
 - `server.py`: starts, health-checks and stops a vLLM server from the test venv (no torch there);
-- `router.py`: the same for vllm-router in front of replicas (its venv: `.ci/router/install`).
+- `router.py`: the same for vllm-router in front of replicas (its venv: `.ci/router/install`);
+- `smg.py`: the same for SMG (smg 1.13.0; its venv: `.ci/smg/install`).
 """
