@@ -187,6 +187,13 @@ class TestKnown:
     def test_names(self, name: str, architecture: str | None) -> None:
         assert architecture_of_name(name) == architecture
 
+    @given(org=st.text(max_size=12), name=st.text(max_size=24))
+    def test_any_name_places_a_profiled_architecture_or_none(self, org: str, name: str) -> None:
+        found = architecture_of_name(f"{org}/{name}")
+        assert found is None or found in PROFILES
+        # only the last path part counts: the organisation never places a model
+        assert architecture_of_name(f"{name}/stub-audio-model") is None
+
     def test_config_json_prefers_an_architecture_with_a_profile(self) -> None:
         data = {"architectures": ["SomethingElse", AF3]}
         assert architecture_in_config(data, PROFILES) == AF3
