@@ -158,8 +158,8 @@ class TestBadConfig:
         with pytest.raises(ConfigError) as raised:
             validate_config({"models": {"voxtral": {"architecture": VOXTRAL, **table}}})
         message = str(raised.value)
-        assert f"models.voxtral.{key}: " in message
-        assert reason in message.split(f"models.voxtral.{key}: ", 1)[1]
+        assert f'models."voxtral".{key}: ' in message
+        assert reason in message.split(f'models."voxtral".{key}: ', 1)[1]
 
     def test_placement_retry_must_be_positive(self) -> None:
         with pytest.raises(ConfigError, match=r"placement\.retry_seconds: "):
