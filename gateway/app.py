@@ -35,6 +35,7 @@ from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
 from .references.body import ReferencedBody
 from .references.held import UpstreamClips
+from .references.models import ModelReferences
 from .references.relay import ReferenceRelay
 from .request.build import build_pipeline
 from .request.pipeline import RewritePipeline
@@ -112,7 +113,12 @@ def create_app(config: Config) -> web.Application:
         clips = UpstreamClips(
             splice.reference_max_clips, splice.reference_wait_ms / 1000, app[metrics_key]
         )
-        app[reference_relay_key] = ReferenceRelay(clips, app[metrics_key])
+        models = ModelReferences(
+            app[metrics_key],
+            miss_ratio=splice.reference_miss_ratio,
+            retry_seconds=splice.reference_retry_seconds,
+        )
+        app[reference_relay_key] = ReferenceRelay(clips, models, app[metrics_key])
         chat_shape = dataclasses.replace(chat_shape, references=True)
     app.router.add_get("/gateway/health", health, name="gateway_health")
     app.router.add_get("/gateway/ready", ready, name="gateway_ready")
@@ -324,14 +330,16 @@ async def _relay(
 
 async def health(request: web.Request) -> web.Response:
     store = request.app[pipeline_key].store
-    return web.json_response(
-        {
-            "status": "ok",
-            "version": __version__,
-            "upstream": request.app[config_key].upstream.url,
-            "cache": {"entries": store.entries, "bytes": store.bytes},
-        }
-    )
+    answer: dict[str, Any] = {
+        "status": "ok",
+        "version": __version__,
+        "upstream": request.app[config_key].upstream.url,
+        "cache": {"entries": store.entries, "bytes": store.bytes},
+    }
+    if (references := request.app.get(reference_relay_key)) is not None:
+        # this worker's: each worker learns alone ([server] workers)
+        answer["references"] = {"models": references.models.status()}
+    return web.json_response(answer)
 
 
 async def ready(request: web.Request) -> web.Response:

@@ -216,6 +216,10 @@ class SpliceConfig(_Section):
     repeats: Literal["data", "reference"] = "data"
     reference_max_clips: int = Field(100_000, ge=1, le=100_000_000)
     reference_wait_ms: int = Field(REFERENCE_WAIT_MS, ge=0, le=600_000)
+    # When references stop paying for one model (references/models.py): the share of misses
+    # right after a clip's data was accepted that switches it to data, and when to try again.
+    reference_miss_ratio: float = Field(0.25, gt=0, le=1)
+    reference_retry_seconds: int = Field(300, ge=60, le=86_400)
 
 
 class S3Config(_Section):

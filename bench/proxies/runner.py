@@ -24,9 +24,10 @@ from typing import Any
 from tqdm import tqdm
 
 from bench.objects.run import OBJECT_MODES, OBJECT_WORKLOAD_KEY, run_objects
+from bench.proxies import modes
 from bench.proxies.encode import measure_encode
 from bench.repeats.run import PHASES, REPEATS_MODES, REPEATS_WORKLOAD_KEY, ROUNDS, run_repeats
-from bench.shared import clients, modes, procstat
+from bench.shared import clients, procstat, servers
 from bench.shared.loadgen import LoadGeneratorProcess
 from bench.shared.points import merge_runs, summarise
 from bench.shared.workloads import (
@@ -52,8 +53,8 @@ class Bench:
         self.audio_root.mkdir()
         self.progress = progress
         self.nginx = modes.find_nginx()
-        self.stub: modes.ServerProcess | None = None
-        self.servers: dict[str, modes.ServerProcess | None] = {}
+        self.stub: servers.ServerProcess | None = None
+        self.servers: dict[str, servers.ServerProcess | None] = {}
         self.loadgens: list[LoadGeneratorProcess] = []
         self.notes: list[str] = list(scenario.notes)
         self.modes = self._available_modes()
@@ -74,7 +75,7 @@ class Bench:
     # --- lifetimes --------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.stub = modes.start_stub(self.workdir, self.audio_root, self.scenario.stub_timing)
+        self.stub = servers.start_stub(self.workdir, self.audio_root, self.scenario.stub_timing)
         for index in range(self.scenario.loadgen_processes):
             self.loadgens.append(LoadGeneratorProcess(self.workdir / f"loadgen{index}.log"))
         for mode in self.modes:
@@ -291,7 +292,7 @@ def git_revision() -> str:
             ["git", "describe", "--always", "--dirty"],
             capture_output=True,
             text=True,
-            cwd=modes.REPO_ROOT,
+            cwd=servers.REPO_ROOT,
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):

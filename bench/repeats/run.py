@@ -29,7 +29,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.repeats.driver import Tally, drive
-from bench.shared import modes, procstat
+from bench.shared import procstat, servers
 from bench.shared.points import BenchRun, summarise_latencies
 from bench.shared.workloads import STEREO_SECONDS, ClipSet, make_stereo_clips
 
@@ -40,7 +40,7 @@ PREPROCESS_DELAY_MS = 20.0  # the stub's: vLLM decodes a data-carrying request b
 ROUNDS = 2  # per (phase, mode): data, reference, reference, data
 PACE_REQUESTS_PER_SECOND = 250.0  # below what data mode sustains here, so both run alike
 VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
-FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu" / "run.py"
+FRONTEND_TOOL = servers.REPO_ROOT / "bench" / "vllm_frontend_cpu" / "run.py"
 FRONTEND_TIMEOUT_SECONDS = 1800
 
 
@@ -180,27 +180,27 @@ def summarise_phase(
 
 def start_recording_stub(
     workdir: Path, audio_root: Path, bodies: Path, name: str
-) -> modes.ServerProcess:
-    port = modes.free_port()
+) -> servers.ServerProcess:
+    port = servers.free_port()
     argv = [sys.executable, "-m", "gateway.stub_upstream", "--port", str(port)]
     argv += ["--allowed-local-media-path", str(audio_root)]
     argv += ["--mm-preprocess-delay-ms", str(PREPROCESS_DELAY_MS), "--record-bodies", str(bodies)]
-    return modes.start(modes.ServerProcess(f"{name}-stub", argv, port, workdir))
+    return servers.start(servers.ServerProcess(f"{name}-stub", argv, port, workdir))
 
 
 def start_repeats_gateway(
     workdir: Path, name: str, upstream: str, audio_root: Path, mode: str, wait_ms: int | None
-) -> modes.ServerProcess:
-    config = modes.gateway_config(workdir, name, 1024**3)
+) -> servers.ServerProcess:
+    config = servers.gateway_config(workdir, name, 1024**3)
     splice = f'\n[splice]\nrepeats = "{mode}"\n'
     if wait_ms is not None:
         splice += f"reference_wait_ms = {wait_ms}\n"
     config.write_text(config.read_text() + splice)
-    port = modes.free_port()
+    port = servers.free_port()
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
     argv += ["--audio-root", str(audio_root), "--log-level", "WARNING"]
-    return modes.start(modes.ServerProcess(name, argv, port, workdir))
+    return servers.start(servers.ServerProcess(name, argv, port, workdir))
 
 
 def read_metrics(origin: str) -> dict[str, float]:
@@ -264,7 +264,7 @@ def _run_frontend_tool(python: str, bodies: Path) -> dict[str, Any]:
         text=True,
         timeout=FRONTEND_TIMEOUT_SECONDS,
         check=False,
-        cwd=modes.REPO_ROOT,
+        cwd=servers.REPO_ROOT,
     )
     if done.returncode != 0:
         return {"error": done.stderr[-2000:], "audio_cpu_seconds": float("nan")}
@@ -310,8 +310,8 @@ class _StandaloneBench:
         self.workdir = workdir
         self.audio_root = workdir / "audio"
         self.audio_root.mkdir()
-        self.stub: modes.ServerProcess | None = None
-        self.servers: dict[str, modes.ServerProcess | None] = {}
+        self.stub: servers.ServerProcess | None = None
+        self.servers: dict[str, servers.ServerProcess | None] = {}
         self.loadgens: list[Any] = []
 
     def step(self, label: str) -> None:

@@ -49,9 +49,9 @@ from bench.shared.clients import (
     ClientPools,
     describe,
 )
-from bench.shared.modes import ServerProcess, free_port, start
 from bench.shared.real_engine import ENGINE_FLAGS, MODEL, SEEDS, chat_body
 from bench.shared.results import RESULTS_DIR
+from bench.shared.servers import ServerProcess, free_port, start
 from bench.shared.speech_clips import FORMS, Form, write_clip
 from bench.system.split import again_name
 from engine.server import EngineServer, EngineSpec, build_models, engine_venv

@@ -5,7 +5,7 @@ streamed clips."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +20,7 @@ from ..affinity import (
     part_digests,
     sha256_digest,
 )
-from ..audio.durations import AudioHeader, read_base64_header
+from ..audio.durations import AudioHeader, check_decode_limits, read_base64_header
 from ..audio.encoder import EncodedAudio, StreamedAudio
 from ..audio.sources import AudioSource
 from ..audio.sources.objects import ObjectClip
@@ -58,6 +58,15 @@ def clip_header(clip: LoadedClip) -> AudioHeader | None:
     if isinstance(clip, InlineAudio):
         return read_base64_header(clip.payload, base64_decoded_size(clip.uri, clip.payload_start))
     return clip.audio.header
+
+
+def check_clip_limits(clip: LoadedClip, max_seconds: float, max_decode_bytes: int) -> None:
+    """vLLM's decode limits (`audio.max_duration_seconds`, `audio.max_decode_bytes`), from the
+    clip's header: 413 before anything is sent."""
+    label, given, param = clip_names(clip)
+    check_decode_limits(
+        clip_header(clip), max_seconds, max_decode_bytes, label=label, given=given, param=param
+    )
 
 
 def base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:
@@ -125,13 +134,18 @@ def clip_digest(clip: LoadedClip) -> str:
     return identity_digest("source", clip.source.key_identity)
 
 
-def clips_key(digests: Sequence[str], places: Sequence[Place], items: Any) -> str | None:
+def clips_key(
+    digests: Sequence[str],
+    places: Sequence[Place],
+    items: Any,
+    own: Mapping[Place, str | None] | None = None,
+) -> str | None:
     """The key of a request's clips (their `clip_digest`s) in clip order: the sidechannel's
     (the first clips), then the audio parts of `items` (its messages, or Responses input) in
     order, the path parts the last `len(places)` clips were read from and the parts the
-    client inlined itself alike."""
+    client inlined itself alike (`own`: their digests, when already taken)."""
     side = len(digests) - len(places)
-    resolved = dict(zip(places, digests[side:], strict=True))
+    resolved = {**(own or {}), **dict(zip(places, digests[side:], strict=True))}
     return clip_key([*digests[:side], *part_digests(items, resolved)])
 
 

@@ -104,11 +104,17 @@ class ClipLoader:
                 raise result
         return results  # type: ignore[return-value]
 
-    async def _loaded(self, source: AudioSource) -> PathClip:
-        audio = await self.store.get(source)
+    async def load_raw(self, ref: PathAudio) -> PathClip:
+        """One path's clip as its bytes, never base64 nor a URL (a speech-to-text upload):
+        checked, seen through [normalize], read or cached (or streamed) as `load` does."""
+        source = (await self.sources([ref], presigned=False))[0]
+        return await self._loaded(source, raw=True)
+
+    async def _loaded(self, source: AudioSource, *, raw: bool = False) -> PathClip:
+        audio = await self.store.get(source, raw=raw)
         try:
             source = as_sent(source, audio)
-            return PathClip(source, audio, await source.upstream_url())
+            return PathClip(source, audio, None if raw else await source.upstream_url())
         except BaseException:
             if isinstance(audio, StreamedAudio):
                 await audio.aclose()

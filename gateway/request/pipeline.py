@@ -14,18 +14,17 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..affinity import clip_key, part_digests
 from ..audio.cache import AudioStore
-from ..audio.durations import check_decode_limits
 from ..audio.policy import BatchedResolver, PathPolicy
 from ..audio.recent import RecentPaths
 from ..audio.sources import AudioSource
 from ..audio.sources.objects import ObjectSources
 from ..chunking.bodies import ChunkedRequest
+from ..clips.inline import client_digests, inline_body, inline_parts
 from ..clips.loaded import (
     LoadedClip,
     base64_bytes,
+    check_clip_limits,
     clip_digest,
-    clip_header,
-    clip_names,
     clips_key,
     close_streams,
     referable,
@@ -150,15 +149,19 @@ class RewritePipeline:
             body, self.max_clips, self.max_clip_bytes, sha256=self.hash_inline
         )
         in_parts = self.part_clips(body, shape, part_params)
+        # the digests of the audio parts the client inlined itself, before any splice moves
+        # them: hashed once, for the key and for their uuids by reference (clips/inline.py)
+        own = client_digests(body.get(shape.items), in_parts) if shape.references else None
         if sidechannel is None and not in_parts:
-            return raw
+            inline_only = own and inline_body(body, body.get(shape.items), own, keyed=self.keyed)
+            return inline_only or raw
         refs = self._take(body, sidechannel, in_parts)
         clips = await self._load(refs, shape)
         if self.metrics is not None:
             self.metrics.count_clips(len(refs) - len(in_parts), len(in_parts))
         try:
             for clip in clips:
-                self._check_length(clip)
+                check_clip_limits(clip, self.max_duration_seconds, self.max_decode_bytes)
             if split and self.chunker is not None and shape.chunkable and len(clips) == 1:
                 place = in_parts[0].place if in_parts else None
                 chunked = await split_long_clip(
@@ -176,7 +179,7 @@ class RewritePipeline:
             if split and self.over_window is not None:
                 self.over_window.see(clips)
             digests = [clip_digest(clip) for clip in clips] if self.keyed else None
-            key = self._clip_key(body, shape, digests, in_parts)
+            key = self._clip_key(body, shape, digests, in_parts, own)
             placeholders = Placeholders()
             parts = [
                 self._part(clip, shape, placeholders, digests[i] if digests else None)
@@ -185,10 +188,12 @@ class RewritePipeline:
             # The gateway's own parts decide whether the clips may go by reference: a uuid a
             # client put on its path part is kept, but never makes its clip go by reference.
             by_reference = shape.references and referable(clips, parts)
+            # the client's own inline parts, found where the client put them (before the splice)
+            inline = inline_parts(body.get(shape.items), own) if by_reference and own else []
             parts = splice_clips(body, shape.splice, parts, [found.place for found in in_parts])
             if by_reference:
                 sizes = [base64_bytes(clip) for clip in clips]
-                return ReferencedBody.of(body, placeholders, parts, sizes, key)
+                return ReferencedBody.of(body, placeholders, parts, sizes, key, inline)
             return SegmentedPayload(placeholders.render(body), key)
         except BaseException:
             await close_streams(clips)
@@ -213,12 +218,14 @@ class RewritePipeline:
         shape: RouteShape,
         digests: Sequence[str] | None,
         in_parts: Sequence[PartClip],
+        own: Mapping[Place, str | None] | None,
     ) -> str | None:
         """The request's clip key from its clips' digests, taken before the splice (every
         part still where the client put it); None when bodies are not keyed."""
         if digests is None:
             return None
-        return clips_key(digests, [found.place for found in in_parts], body.get(shape.items))
+        places = [found.place for found in in_parts]
+        return clips_key(digests, places, body.get(shape.items), own or {})
 
     def part_clips(
         self, body: dict[str, Any], shape: RouteShape, params: Mapping[Place, str] | None = None
@@ -264,19 +271,6 @@ class RewritePipeline:
         digest: str | None = None,
     ) -> Part:
         return audio_part(clip, shape, placeholders, digest, part_uuid=self.config.part_uuid)
-
-    def _check_length(self, clip: LoadedClip) -> None:
-        """vLLM's decode limits, from the clip's header: 413 before anything is sent."""
-        label, given, param = clip_names(clip)
-        header = clip_header(clip)
-        check_decode_limits(
-            header,
-            self.max_duration_seconds,
-            self.max_decode_bytes,
-            label=label,
-            given=given,
-            param=param,
-        )
 
     def _log_legacy_key_once(self, sidechannel: Sidechannel) -> None:
         if not self._legacy_key_logged:

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from .api_servers import ApiServers
 from .body_log import BodyLog
 from .cache_control import add_cache_control_routes, add_mm_cache_arguments, admit_audio
 from .chat_answer import ChatAnswer
@@ -56,6 +57,8 @@ def create_stub_app(
     pace_answers: int = 0,
     pace_ms: float = 0,
     split_head_body: bool = False,
+    api_server_count: int = 1,
+    api_server_per_request: bool = False,
     served: ServedModel | None = None,
 ) -> web.Application:
     """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
@@ -71,12 +74,18 @@ def create_stub_app(
     `pace_answers`/`pace_ms` release model answers at most N at a time, MS apart, and
     `split_head_body` writes an answer's head and body separately, as vLLM and uvicorn do
     (`pacing.py`). `served`: the model's name and root on /v1/models, and the refusals of its
-    front end (`served.py`)."""
+    front end (`served.py`). `api_server_count` API servers each keep their own processor
+    cache (`api_servers.py`)."""
     middlewares = [_count, windowed] if window is not None else [_count]
     app = web.Application(client_max_size=2 * 1024**3, middlewares=middlewares)
     if window is not None:
         app[window_key] = window
     timeout = float(os.environ.get("VLLM_AUDIO_FETCH_TIMEOUT", AUDIO_FETCH_TIMEOUT_SECONDS))
+    engine_bytes = None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB)
+    caches = [
+        MmProcessorCache(round(mm_processor_cache_gb * GIB), engine_bytes)
+        for _ in range(max(api_server_count, 1))
+    ]
     body_log = BodyLog(record_bodies) if record_bodies else None
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
@@ -89,10 +98,10 @@ def create_stub_app(
         record=record,
         responses_accept_audio=responses_accept_audio,
         trust_request_mm_kwargs=trust_request_mm_kwargs,
-        mm_cache=MmProcessorCache(
-            round(mm_processor_cache_gb * GIB),
-            None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB),
-        ),
+        mm_cache=caches[0],
+        api_servers=ApiServers(caches, per_request=api_server_per_request)
+        if api_server_count > 1
+        else None,
         mm_preprocess_delay_seconds=mm_preprocess_delay_seconds,
         body_log=body_log,
     )
@@ -439,6 +448,8 @@ def main(argv: list[str] | None = None) -> None:
         pace_answers=args.pace_answers,
         pace_ms=args.pace_ms,
         split_head_body=args.split_head_body,
+        api_server_count=args.api_server_count,
+        api_server_per_request=args.api_server_per_request,
         served=served_from_arguments(args),
     )
     # run_app calls `print` once every site listens: the start-up line says where.
