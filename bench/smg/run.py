@@ -31,8 +31,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.shared.servers import ServerProcess, free_port, start, start_stub
 from bench.shared.results import RESULTS_DIR
+from bench.shared.servers import ServerProcess, free_port, start, start_stub
 from bench.shared.speech_clips import FORMS, write_clip
 from bench.shared.stub_timing import VLLM_LIKE
 from bench.smg.report import goals, summary, write_results
