@@ -12,13 +12,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bench.clients import connections_mode
-from bench.modes import MODES
-from bench.objects import OBJECT_MODES
-from bench.report import RESULTS_DIR, write_results
-from bench.runner import run_benchmark
-from bench.stub_timing import PLAIN, VLLM_LIKE
-from bench.workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario
+from bench.objects.run import OBJECT_MODES
+from bench.proxies.modes import MODES
+from bench.proxies.report import write_results
+from bench.proxies.runner import run_benchmark
+from bench.shared.clients import connections_mode
+from bench.shared.results import RESULTS_DIR
+from bench.shared.stub_timing import PLAIN, VLLM_LIKE
+from bench.shared.workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario
 
 WORKLOAD_CHOICES = ("a", "b", "c", "s3", "repeats", "encode")
 

@@ -79,6 +79,11 @@ def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
 # --- configuration: the models, and config.example.toml's comments -----------------------------
 
 
+# A table of named tables (`[models."<served model name>"]`), by its field name in the config.
+NAMED_TABLES = {"models": "served model name"}
+NAMED_TABLE = "<name>"  # the name's place in a commented example's section, `models.<name>`
+
+
 @dataclass(frozen=True)
 class ExampleComments:
     """What config.example.toml says beside each key (`section.key`) and under each header."""
@@ -95,7 +100,13 @@ def example_comments(text: str) -> ExampleComments:
     section, current = "", None
     for line in text.splitlines():
         stripped = line.strip()
-        if header := re.fullmatch(r"\[([A-Za-z0-9_.]+)\]", stripped):
+        if named := re.fullmatch(r'#\[([A-Za-z0-9_]+)\."[^"]*"\]', stripped):
+            section, current = f"{named.group(1)}.{NAMED_TABLE}", None  # commented: an example
+            sections[section] = ""
+        elif section.endswith(NAMED_TABLE) and (key := re.match(r"#([A-Za-z0-9_]+)\s*=", stripped)):
+            current = f"{section}.{key.group(1)}"
+            keys[current] = trailing_comment(stripped[1:])
+        elif header := re.fullmatch(r"\[([A-Za-z0-9_.]+)\]", stripped):
             section, current = header.group(1), None
             sections[section] = ""
         elif stripped.startswith("#"):
@@ -129,7 +140,9 @@ def model_sections(
     """(`section`, model) for every table of the config, nested ones (`storage.s3`) included."""
     for name, field in model.model_fields.items():
         annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if (value := named_table(field)) is not None:
+            yield f'{prefix}{name}."<{NAMED_TABLES[name]}>"', value
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
             section = f"{prefix}{name}"
             if any(not is_section(sub) for sub in annotation.model_fields.values()):
                 yield section, annotation
@@ -137,7 +150,22 @@ def model_sections(
 
 
 def is_section(field: FieldInfo) -> bool:
-    return isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    annotation = field.annotation
+    table = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return table or named_table(field) is not None
+
+
+def named_table(field: FieldInfo) -> type[BaseModel] | None:
+    """The model of each table in a `dict[str, Model]` field (`[models."<name>"]`), else None."""
+    if typing.get_origin(field.annotation) is not dict:
+        return None
+    value = typing.get_args(field.annotation)[1]
+    return value if isinstance(value, type) and issubclass(value, BaseModel) else None
+
+
+def comment_key(section: str) -> str:
+    """A named table's keys are commented in the example under `models.<name>`."""
+    return re.sub(r'\."<[^>]*>"$', f".{NAMED_TABLE}", section)
 
 
 def toml_value(value: Any) -> str:
@@ -184,6 +212,10 @@ def bounds(field: FieldInfo) -> str:
 def accepted(field: FieldInfo) -> str:
     """The values a key accepts, in words, from its annotation and constraints."""
     annotation = field.annotation
+    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    if optional and type(None) in typing.get_args(annotation):
+        (inner,) = (arg for arg in typing.get_args(annotation) if arg is not type(None))
+        return accepted(FieldInfo.from_annotation(inner))
     if typing.get_origin(annotation) is Literal:
         return " or ".join(toml_value(choice) for choice in typing.get_args(annotation))
     limit = bounds(field)
@@ -214,6 +246,8 @@ def accepted(field: FieldInfo) -> str:
 
 def default_text(field: FieldInfo) -> str:
     value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "the profile's"
     text = f"`{toml_value(value)}`"
     if is_size(field) and isinstance(value, int) and value:
         text += f" ({human_size(value)})"
@@ -231,11 +265,11 @@ def render_config() -> str:
         for name, field in model.model_fields.items():
             if is_section(field):
                 continue
-            key = f"{section}.{name}"
+            key = f"{comment_key(section)}.{name}"
             if not comments.keys.get(key):
                 raise ValueError(f"config.example.toml has no comment beside {key}")
             rows.append((f"`{name}`", default_text(field), accepted(field), comments.keys[key]))
-        intro = comments.sections.get(section, "")
+        intro = comments.sections.get(comment_key(section), "")
         text = f"## `[{section}]`\n\n" + (f"{intro}\n\n" if intro else "")
         blocks.append(text + table(("key", "default", "accepts", "meaning"), rows))
     return "\n\n".join(blocks)

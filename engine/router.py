@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 from engine.server import (
     REPO,
@@ -32,7 +33,7 @@ READY_DEADLINE_S = 60.0
 # A replica that comes back is in the ring again within seconds (the defaults, a health check a
 # minute and a 30 s open circuit, keep it out for 20 s and more).
 RECOVERY_FLAGS = ("--health-check-interval-secs", "1", "--cb-timeout-duration-secs", "2")
-_SAMPLE = re.compile(r'^(vllm_router_\w+)\{worker="([^"]+)"[^}]*\} (\S+)$', re.MULTILINE)
+_SAMPLE = re.compile(r'^(\w+)\{worker="([^"]+)"[^}]*\} (\S+)$', re.MULTILINE)
 
 
 def router_venv() -> Path:
@@ -51,7 +52,11 @@ def router_problem(venv: Path) -> str | None:
 
 
 class RouterServer:
-    """One vllm-router process group in front of `worker_urls`, with `policy`."""
+    """One vllm-router process group in front of `worker_urls`, with `policy`. (engine/smg.py's
+    SmgServer is this with SMG's executable, readiness and metric names.)"""
+
+    NAME = "vllm-router"
+    METRIC_PREFIX = "vllm_router_"
 
     def __init__(
         self,
@@ -67,16 +72,19 @@ class RouterServer:
         self.flags = list(flags)
         self.port = free_port()
         self.prometheus_port = free_port()
-        self.log_path = workdir / f"vllm-router-{policy}-{self.port}.log"
+        self.log_path = workdir / f"{self.NAME}-{policy}-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def executable(self) -> list[str]:
+        return [str(self.venv / "bin" / "vllm-router")]
+
     def command(self) -> list[str]:
         return [
-            str(self.venv / "bin" / "vllm-router"),
+            *self.executable(),
             *("--host", "127.0.0.1", "--port", str(self.port)),
             *("--prometheus-port", str(self.prometheus_port)),
             *("--worker-urls", *self.worker_urls),
@@ -84,18 +92,22 @@ class RouterServer:
             *self.flags,
         ]
 
-    def start(self, deadline_s: float = READY_DEADLINE_S) -> RouterServer:
-        """Spawn the router and block until it answers `/liveness`; returns self."""
+    def ready(self) -> bool:
+        """The router answers (vllm-router: `/liveness`)."""
+        return self.get(self.port, "/liveness")[0] == 200
+
+    def start(self, deadline_s: float = READY_DEADLINE_S) -> Self:
+        """Spawn the router and block until it is `ready()`; returns self."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.process = spawn_logged(self.command(), self.log_path, {**os.environ, "NO_COLOR": "1"})
         track(self)
         started = time.monotonic()
-        while self.get(self.port, "/liveness")[0] != 200:
+        while not self.ready():
             code = self.process.poll()
             if code is not None or time.monotonic() - started > deadline_s:
                 self.stop()
                 raise EngineStartError(
-                    f"vllm-router did not start ({code}); {self.log_path}:\n"
+                    f"{self.NAME} did not start ({code}); {self.log_path}:\n"
                     + log_tail(self.log_path, 20)
                 )
             time.sleep(0.2)
@@ -114,9 +126,9 @@ class RouterServer:
             connection.close()
 
     def worker_samples(self, name: str) -> dict[str, float]:
-        """One of the router's per-worker Prometheus samples (`vllm_router_<name>`) by worker."""
+        """One of the router's per-worker Prometheus samples (`<METRIC_PREFIX><name>`) by worker."""
         _, text = self.get(self.prometheus_port, "/metrics")
-        full = f"vllm_router_{name}"
+        full = f"{self.METRIC_PREFIX}{name}"
         found: dict[str, float] = {}
         for metric, worker, value in _SAMPLE.findall(text):
             if metric == full:
@@ -135,7 +147,7 @@ class RouterServer:
         started = time.monotonic()
         while not self.serving(worker_url):
             if time.monotonic() - started > deadline_s:
-                raise EngineStartError(f"vllm-router: {worker_url} not back after {deadline_s} s")
+                raise EngineStartError(f"{self.NAME}: {worker_url} not back after {deadline_s} s")
             time.sleep(0.2)
         return time.monotonic() - started
 

@@ -333,10 +333,13 @@ def stop_all_on_sigterm() -> None:
 
 
 def build_models(venv: Path, out: Path) -> dict[str, Path]:
-    """Build both tiny model directories under `out` with the engine venv's Python, once:
-    a directory named after engine/models.py's hash is reused."""
+    """Build the tiny model directories under `out` with the engine venv's Python, once:
+    a directory named after the builders' hash (engine/models.py and engine/tiny/) is reused."""
     source = REPO / "engine" / "models.py"
-    target = out / hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for builder in (source, *sorted((REPO / "engine" / "tiny").glob("*.py"))):
+        digest.update(builder.read_bytes())
+    target = out / digest.hexdigest()[:16]
     done = target / ".built"
     if not done.exists():
         target.mkdir(parents=True, exist_ok=True)
@@ -350,4 +353,5 @@ def build_models(venv: Path, out: Path) -> dict[str, Path]:
         if result.returncode != 0:
             raise EngineStartError(f"engine/models.py failed:\n{result.stderr[-4000:]}")
         done.touch()
-    return {"qwen2-audio": target / "tiny-qwen2-audio", "whisper": target / "tiny-whisper"}
+    names = ("qwen2-audio", "whisper", "voxtral", "audio-flamingo3", "glm-asr")
+    return {name: target / f"tiny-{name}" for name in names}

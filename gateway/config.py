@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StrictBool,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -215,6 +216,10 @@ class SpliceConfig(_Section):
     repeats: Literal["data", "reference"] = "data"
     reference_max_clips: int = Field(100_000, ge=1, le=100_000_000)
     reference_wait_ms: int = Field(REFERENCE_WAIT_MS, ge=0, le=600_000)
+    # When references stop paying for one model (references/models.py): the share of misses
+    # right after a clip's data was accepted that switches it to data, and when to try again.
+    reference_miss_ratio: float = Field(0.25, gt=0, le=1)
+    reference_retry_seconds: int = Field(300, ge=60, le=86_400)
 
 
 class S3Config(_Section):
@@ -322,6 +327,47 @@ class RoutingConfig(_Section):
         return names
 
 
+# What `/v1/audio/translations` does for a model: translates into the language asked
+# (`to_language`), into English only, answers a transcription of the source language, is not
+# served (no transcriptions), or not known.
+Translations = Literal["translates", "english", "transcribes", "none", "unknown"]
+PositiveSeconds = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
+
+
+class ModelConfig(_Section):
+    """`[models."<served model name>"]`: the model's architecture (the HF `architectures`
+    name) and any value of its profile replaced (gateway.models). An absent key keeps the
+    profile's value."""
+
+    architecture: str = ""
+    window_seconds: PositiveSeconds | None = None
+    max_clip_seconds: Seconds | None = None  # 0: no maximum (a clip is never cut)
+    clips_per_prompt: Annotated[int, Field(ge=1, strict=True)] | None = None
+    sample_rate: Annotated[int, Field(ge=8_000, le=192_000, strict=True)] | None = None
+    accepts_stereo: StrictBool | None = None
+    accepts_uuid_only_parts: StrictBool | None = None
+    chat: StrictBool | None = None
+    transcriptions: StrictBool | None = None
+    translations: Translations | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The profile values this table replaces (every key set but `architecture`)."""
+        return {
+            name: getattr(self, name)
+            for name in type(self).model_fields
+            if name != "architecture" and getattr(self, name) is not None
+        }
+
+
+class PlacementConfig(_Section):
+    """`[placement]`: finding a served model's architecture where no `[models."<name>"]
+    architecture` names it (gateway.models.placement)."""
+
+    ask_upstream: bool = True
+    read_model_dirs: bool = True
+    retry_seconds: float = Field(300.0, gt=0, strict=True, allow_inf_nan=False)
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -334,6 +380,8 @@ class Config(_Section):
     chunking: ChunkingConfig = ChunkingConfig()
     normalize: NormalizeConfig = NormalizeConfig()
     routing: RoutingConfig = RoutingConfig()
+    models: dict[str, ModelConfig] = {}
+    placement: PlacementConfig = PlacementConfig()
 
     @model_validator(mode="after")
     def _objects_need_bytes_or_urls(self) -> Config:
@@ -376,7 +424,10 @@ class ConfigError(Exception):
 def describe_validation_error(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = [str(part) for part in item["loc"]]
+        if len(loc) > 1 and loc[0] == "models":  # a served name as TOML writes it
+            loc[1] = f'"{loc[1]}"'
+        key = ".".join(loc) or "(top level)"
         reason = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
         lines.append(f"{key}: {reason}")
     return "; ".join(lines)

@@ -125,7 +125,8 @@ class GatewayMetrics:
             "audio_gateway_reference_retries",
             "Requests that carried references and were sent again with every clip's data, by "
             "what the first attempt got (cache_miss: vLLM's 400; upstream_error: a 500 before "
-            "any answer; stream_error: an error event or a cut stream before any content).",
+            "any answer; stream_error: an error event or a cut stream before any content; "
+            "refused: any other 400).",
             ["reason"],
             registry=registry,
         )
@@ -133,6 +134,21 @@ class GatewayMetrics:
             "audio_gateway_reference_bytes_saved",
             "Base64 bytes not sent upstream because their clip went by reference.",
             registry=registry,
+        )
+        self.reference_switches = Counter(
+            "audio_gateway_reference_switches",
+            "Switches of one model's clips between going by reference and going with their "
+            "data (and uuid), by where to (data, trial: references tried again, reference) and "
+            "why (misses: references that missed right after their data was accepted; "
+            "refused: a 400 to uuid-only parts that the same request with data did not get).",
+            ["to", "reason"],
+            registry=registry,
+        )
+        self.reference_data_models = Gauge(
+            "audio_gateway_reference_data_models",
+            "Models whose clips go with their data now because references to them did not work.",
+            registry=registry,
+            multiprocess_mode=LIVE_SUM,
         )
         self.reference_clips = Gauge(
             "audio_gateway_reference_clips",
@@ -233,7 +249,8 @@ class GatewayMetrics:
     def write_sampled_gauges(self) -> None:
         """Multiprocess mode: write the gauges read from a function (`set_function`) to the
         directory, where the other workers' scrapes read them."""
-        for gauge in (self.cache_bytes, self.cache_entries, self.reference_clips):
+        sampled = (self.cache_bytes, self.cache_entries, self.reference_clips)
+        for gauge in (*sampled, self.reference_data_models):
             [family] = gauge.collect()
             gauge.set(family.samples[0].value)
 

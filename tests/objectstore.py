@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 import pytest
 
-from bench.s3server import LocalS3, RequestLog
+from bench.shared.s3server import LocalS3, RequestLog
 
 ACCESS_KEY_ID = "AKIAGATEWAYTESTKEY01"
 SECRET_ACCESS_KEY = "gateway-test-secret-Zq8vX1p0Lr6"  # must never show up in an error

@@ -27,8 +27,9 @@ from gateway.affinity import (
     with_clip_key,
 )
 from gateway.affinity.headers import REFUSED_NAMES
-from gateway.affinity.key import DECODE_CHUNK_CHARS
 from gateway.affinity.parts import part_digest, url_digest
+from gateway.hop_headers import FRAMING_HEADERS, HOP_BY_HOP_HEADERS
+from gateway.naming.strict_base64 import DECODE_CHUNK_CHARS
 from tests.test_config import config_error, run_cli
 
 clips = st.binary(min_size=1, max_size=512)
@@ -175,6 +176,12 @@ def test_tokens_are_accepted(names: list[str]) -> None:
     assert list(check_header_names(names)) == names
 
 
+def test_every_header_the_relay_drops_is_refused_as_a_key_header() -> None:
+    for name in HOP_BY_HOP_HEADERS | FRAMING_HEADERS:
+        with pytest.raises(ValueError, match="the relay or the client owns"):
+            check_header_names([name.title()])
+
+
 @pytest.mark.parametrize(
     ("names", "reason"),
     [
@@ -189,6 +196,7 @@ def test_tokens_are_accepted(names: list[str]) -> None:
         (["Keep-Alive"], "the relay or the client owns"),
         (["upgrade"], "the relay or the client owns"),
         (["TE"], "the relay or the client owns"),
+        (["Trailers"], "the relay or the client owns"),
         (["Authorization"], "the relay or the client owns"),
         (["Proxy-Authorization"], "the relay or the client owns"),
         (["proxy-anything"], "the relay or the client owns"),

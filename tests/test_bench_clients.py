@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bench.clients import (
+from bench.shared.clients import (
     KEEP_ALIVE,
     PER_REQUEST,
     ClientPools,
@@ -82,7 +82,7 @@ def test_the_flag_and_the_result_fields() -> None:
 
 
 def test_the_system_bench_flag() -> None:
-    from bench.system import parse_args
+    from bench.system.run import parse_args
 
     assert parse_args([]).connections == KEEP_ALIVE
     assert parse_args(["--connection-per-request"]).connections == PER_REQUEST

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.longform import main
+from bench.longform.run import main
 
 
 def test_longform_on_two_short_clips(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bench.report import write_results
-from bench.runner import run_benchmark
-from bench.workloads import WORKLOAD_S3, quick_scenario
+from bench.proxies.report import write_results
+from bench.proxies.runner import run_benchmark
+from bench.shared.workloads import WORKLOAD_S3, quick_scenario
 
 
 def test_object_workload_counts_gets_per_clip(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_the_s3_server_answers_without_a_line_on_stderr() -> None:
     """moto's werkzeug server would log every request it answers to stderr."""
     script = (
         "import urllib.request\n"
-        "from bench.s3server import LocalS3\n"
+        "from bench.shared.s3server import LocalS3\n"
         "server = LocalS3()\n"
         "for _ in range(3):\n"
         "    urllib.request.urlopen(server.endpoint + '/', timeout=30).read()\n"

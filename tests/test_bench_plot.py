@@ -15,7 +15,8 @@ from typing import Any
 import matplotlib
 import pytest
 
-from bench import plot, procstat
+from bench.proxies import plot
+from bench.shared import procstat
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

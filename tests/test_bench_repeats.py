@@ -1,4 +1,4 @@
-"""bench/repeats.py cannot rot: one wave of 2 clips in each mode, real stub and gateway
+"""bench/repeats/ cannot rot: one wave of 2 clips in each mode, real stub and gateway
 processes, the stub's recorded bodies read back. Counts only, no timings (and no vLLM venv).
 
 The counts hold when every follower of a wave is released by its seed's stream head (vLLM, and
@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.repeats import run_phase
-from bench.workloads import WORKLOAD_REPEATS, make_clips
+from bench.repeats.run import run_phase
+from bench.shared.workloads import WORKLOAD_REPEATS, make_clips
 
 
 class TinyBench:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.replicas_counts import REPLICA_SAMPLES, Reading, pick
-from bench.replicas_report import goals, markdown, write_results
+from bench.replicas.counts import REPLICA_SAMPLES, Reading, pick
+from bench.replicas.report import goals, markdown, write_results
 
 
 def wave(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.system_report import goals, markdown, pair_rows, write_results
-from bench.system_split import split_rows
+from bench.system.report import goals, markdown, pair_rows, write_results
+from bench.system.split import split_rows
 
 
 def row(api: float, gateway: float = 0.0, kb: float = 100.0) -> dict[str, Any]:

@@ -33,7 +33,9 @@ from gateway.config import Config
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.naming.sidechannel import DEFAULT_KEYS, InlineAudio, parse_data_uri
-from gateway.request.pipeline import CHAT_AUDIO_URL, RewritePipeline, build_pipeline
+from gateway.request.build import build_pipeline
+from gateway.request.pipeline import RewritePipeline
+from gateway.request.shapes import CHAT_AUDIO_URL
 from tests.conftest import no_blocking_calls
 from tests.objectstore import S3Server, aws_environment, s3_config, s3_server
 

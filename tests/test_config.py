@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Config, ConfigError, load_config, validate_config
+from gateway.config import Config, ConfigError, ModelConfig, load_config, validate_config
 from gateway.serving.tuning import MALLOC_TUNABLES, TUNED_MARKER
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +61,16 @@ class TestExampleFile:
         with EXAMPLE.open("rb") as handle:
             documented = flat_keys(tomllib.load(handle))
         assert documented == flat_keys(Config().model_dump())
+
+    def test_example_models_table_names_every_key_and_loads(self) -> None:
+        """The commented `[models."..."]` example, uncommented, is a valid table of every key."""
+        lines = EXAMPLE.read_text().split('#[models."', 1)[1].splitlines()
+        table = ['[models."' + lines[0]]
+        table += [line[1:] for line in lines[1:] if re.match(r"#[a-z_]+\s*=", line)]
+        data = tomllib.loads("\n".join(table))
+        (name,) = data["models"]
+        assert set(data["models"][name]) == set(ModelConfig.model_fields)
+        assert validate_config(data).models[name].architecture
 
     def test_required_key_names_and_defaults(self) -> None:
         config = load_config(EXAMPLE)

@@ -536,11 +536,11 @@ def test_check_counts_the_clips_normalize_would_convert(
 def test_a_60_minute_44khz_stereo_clip_is_normalized_and_cut_in_bounded_memory(
     tmp_path: Path,
 ) -> None:
-    """A real `serve` process (`bench.normalize_memory`): after a warm-up request, the hour
+    """A real `serve` process (`bench.normalize.memory`): after a warm-up request, the hour
     normalized with [chunking] on grows the gateway's peak RSS by at most 64 MiB. No timing."""
     argv = ["--minutes", "60", "--chunking", "on", "--workdir", str(tmp_path)]
     result = subprocess.run(
-        [sys.executable, "-m", "bench.normalize_memory", *argv],
+        [sys.executable, "-m", "bench.normalize.memory", *argv],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

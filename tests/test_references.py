@@ -67,6 +67,7 @@ async def reference_metrics(client: Client) -> dict[str, float]:
         "cache_miss": 'audio_gateway_reference_retries_total{reason="cache_miss"}',
         "upstream_error": 'audio_gateway_reference_retries_total{reason="upstream_error"}',
         "stream_error": 'audio_gateway_reference_retries_total{reason="stream_error"}',
+        "refused": 'audio_gateway_reference_retries_total{reason="refused"}',
         "saved": "audio_gateway_reference_bytes_saved_total",
         "clips": "audio_gateway_reference_clips",
     }
@@ -428,19 +429,19 @@ async def test_client_disconnect_during_a_held_back_stream_cancels_it(
 
 
 @pytest.mark.stub(mm_processor_cache_gb=0)
-async def test_an_upstream_refusing_uuid_parts_otherwise_is_relayed_as_it_is(
-    make_gateway: GatewayFactory, stub: StubState
+async def test_an_upstream_refusing_uuid_parts_otherwise_is_learned_after_one_retry(
+    make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
 ) -> None:
     client = await make_gateway(splice=REFERENCE)
     await chat(client, {"audio_path": "a.wav"})
     before = stub.request_count
-    response = await client.post(CHAT, json=chat_body({"audio_path": "a.wav"}))
-    assert response.status == 400
-    error = (await response.json())["error"]
-    assert not error["message"].startswith("Cache miss for")
-    assert stub.request_count == before + 1
+    await chat(client, {"audio_path": "a.wav"})  # refused by reference, then 200 with data
+    assert stub.request_count == before + 2
+    await chat(client, {"audio_path": "a.wav"})  # learned: data (and uuid) at once
+    assert stub.request_count == before + 3
+    assert sent_parts(stub) == [data_part(audio_dir / "a.wav")]
     figures = await reference_metrics(client)
-    assert figures["cache_miss"] + figures["upstream_error"] == 0
+    assert (figures["cache_miss"], figures["upstream_error"], figures["refused"]) == (0, 0, 1)
 
 
 # --- a scripted upstream: a retry that misses too ----------------------------------------------

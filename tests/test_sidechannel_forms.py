@@ -18,6 +18,7 @@ import pytest
 import soundfile
 
 from gateway.audio.samples import write_tone
+from gateway.naming.strict_base64 import DECODE_CHUNK_CHARS
 from gateway.stub_upstream import StubState
 from tests.conftest import (
     audio_part,
@@ -446,9 +447,9 @@ async def test_multi_chunk_files_arrive_byte_identical(
 async def test_large_inline_audio_is_validated_across_chunks(
     make_gateway, stub: StubState, tmp_path: Path
 ) -> None:
-    """Inline base64 is checked in 4 Mi-character chunks: a clip spanning several chunks
-    arrives intact, and a fault in a later chunk (a stray character, padding mid-stream) is
-    still a 400."""
+    """Inline base64 is checked chunk by chunk (`DECODE_CHUNK_CHARS`): a clip spanning several
+    chunks arrives intact, and a fault in a later chunk (a stray character, padding mid-stream)
+    is still a 400."""
     big = write_tone(tmp_path / "long.wav", 200.0, 330.0)  # ~6.4 MB: 8.5 Mi base64 characters
     gateway = await make_gateway(audio={"max_file_bytes": "32MiB"})
 
@@ -463,7 +464,7 @@ async def test_large_inline_audio_is_validated_across_chunks(
     assert clip_shas(await response.json()) == [sha256_of(big)]
 
     late = len(uri) - 1000  # inside the last chunk
-    middle = uri.index(",") + 4 * 1024 * 1024 + 8  # inside the second chunk
+    middle = uri.index(",") + DECODE_CHUNK_CHARS + 8  # inside the second chunk
     for broken in (uri[:late] + "!" + uri[late + 1 :], uri[:middle] + "====" + uri[middle + 4 :]):
         before = stub.request_count
         error = await gateway_error(await post(broken), 400, "metadata.audio_data")

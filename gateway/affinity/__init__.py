@@ -6,7 +6,8 @@ many vLLM replicas (`[routing] affinity_headers`). Pure: no I/O, no state.
     parts.py    the digests of the audio parts a client put in a chat or Responses body
     headers.py  the header names (checked at start-up) and the headers with the key set
 
-May import: `naming` (what an audio part holds). Nothing else of the gateway.
+May import: `naming` (what an audio part holds) and `hop_headers` (the names the relay owns).
+Nothing else of the gateway.
 """
 
 from .headers import check_header_names, with_clip_key
@@ -19,7 +20,7 @@ from .key import (
     identity_digest,
     sha256_digest,
 )
-from .parts import part_digests
+from .parts import part_digests, placed_digests
 
 __all__ = [
     "KEY_HEX_CHARS",
@@ -30,6 +31,7 @@ __all__ = [
     "clip_key",
     "identity_digest",
     "part_digests",
+    "placed_digests",
     "sha256_digest",
     "with_clip_key",
 ]

@@ -3,8 +3,9 @@
 A name must be an HTTP token (RFC 9110 `tchar`s) and not one whose value the relay or the
 HTTP framing owns, nor one a client relies on passing untouched:
 
-- framing and hop-by-hop: Host, Content-Length, Transfer-Encoding, Connection, Keep-Alive,
-  Upgrade, TE, Trailer, Expect;
+- framing and hop-by-hop, as the relay drops them (`gateway.hop_headers`): Host,
+  Content-Length, Expect, Transfer-Encoding, Connection, Keep-Alive, Upgrade, TE, Trailer,
+  Trailers;
 - what describes the body the gateway writes: Content-Type, Content-Encoding;
 - credentials: Authorization, Cookie, and every `Proxy-*` header.
 
@@ -16,24 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from ..hop_headers import FRAMING_HEADERS, HOP_BY_HOP_HEADERS
+
 TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 section 5.6.2
-REFUSED_NAMES = frozenset(
-    {
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "upgrade",
-        "te",
-        "trailer",
-        "expect",
-        "content-type",
-        "content-encoding",
-        "authorization",
-        "cookie",
-    }
-)
+# The relay's own (framing, hop-by-hop), the body's description, and credentials.
+BODY_AND_CREDENTIALS = frozenset({"content-type", "content-encoding", "authorization", "cookie"})
+REFUSED_NAMES = HOP_BY_HOP_HEADERS | FRAMING_HEADERS | BODY_AND_CREDENTIALS
 REFUSED_PREFIX = "proxy-"
 
 

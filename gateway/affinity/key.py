@@ -15,15 +15,13 @@ the length-prefixed digests in order. Nothing in it is per process (no salt, no
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 from collections.abc import Hashable, Iterable
 
-import pybase64
+from ..naming.strict_base64 import strict_base64_sha256
 
 KEY_DOMAIN = b"audio-gateway clip key v1\x00"  # a key is never a hash of anything else
 KEY_HEX_CHARS = 32  # 128 bits: no two clip lists a fleet sees collide
-DECODE_CHUNK_CHARS = 1024 * 1024  # a multiple of 4: base64 decodes piece by piece
 
 
 SHA256_PREFIX = "sha256:"
@@ -44,17 +42,8 @@ def base64_digest(text: str, start: int = 0) -> str:
     digest of its bytes, as if they came from a file, decoded and hashed piece by piece (a
     payload of megabytes is never copied whole); a payload that is not strict base64 (vLLM
     refuses it) by its text."""
-    hasher = hashlib.sha256()
-    last = len(text) - DECODE_CHUNK_CHARS
-    try:
-        for at in range(start, len(text), DECODE_CHUNK_CHARS):
-            piece = text[at : at + DECODE_CHUNK_CHARS]
-            if at < last and piece.endswith("="):  # padding before the end: not base64
-                raise ValueError(piece[-4:])
-            hasher.update(pybase64.b64decode(piece, validate=True))
-    except (binascii.Error, ValueError):
-        return identity_digest("text", text[start:])
-    return sha256_digest(hasher.hexdigest())
+    hexdigest = strict_base64_sha256(text, start)
+    return identity_digest("text", text[start:]) if hexdigest is None else sha256_digest(hexdigest)
 
 
 def identity_digest(kind: str, identity: Hashable) -> str:

@@ -8,7 +8,7 @@ for the same bytes from a file), another URL by its text, a uuid-only part by it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from ..naming.content_parts import Place, content_parts, part_url
@@ -27,6 +27,16 @@ def part_digests(items: Any, resolved: Mapping[Place, str | None]) -> list[str]:
         if digest is not None:
             digests.append(digest)
     return digests
+
+
+def placed_digests(items: Any, skip: Container[Place] = ()) -> dict[Place, str | None]:
+    """The digest (`part_digest`) of every audio part of `items` by its place, the places in
+    `skip` left out: computed once, for the key and for the uuids of inline audio both."""
+    return {
+        place: part_digest(part) if type(part) is dict else None
+        for place, part in content_parts(items)
+        if place not in skip
+    }
 
 
 def part_digest(part: dict[str, Any]) -> str | None:

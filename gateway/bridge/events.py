@@ -17,6 +17,8 @@ Responses event and are not sent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -108,7 +110,7 @@ class ChatStreamTranslator:
         status, reason = finish_status(self._finish_reason)
         answered = any(item["type"] in ("message", "function_call") for item in self._done)
         if not answered and not isinstance(self._open, MessageWriter | CallWriter):
-            events += self._switch(MessageWriter, "msg")  # an empty answer is an empty message
+            events += self._begin(MessageWriter, "msg")  # an empty answer is an empty message
         events += self._close(status)
         kind = "response.completed" if status == "completed" else "response.incomplete"
         return [*events, event(kind, response=self._response(status, reason))]
@@ -140,13 +142,13 @@ class ChatStreamTranslator:
 
     def _reasoning(self, events: list[Event]) -> ReasoningWriter:
         if not isinstance(self._open, ReasoningWriter):
-            events += self._switch(ReasoningWriter, "rs")
+            events += self._begin(ReasoningWriter, "rs")
         assert isinstance(self._open, ReasoningWriter)
         return self._open
 
     def _message(self, events: list[Event]) -> MessageWriter:
         if not isinstance(self._open, MessageWriter):
-            events += self._switch(MessageWriter, "msg")
+            events += self._begin(MessageWriter, "msg")
         assert isinstance(self._open, MessageWriter)
         return self._open
 
@@ -172,25 +174,31 @@ class ChatStreamTranslator:
         if not isinstance(function.get("name"), str):
             return []  # its item opens with its name
         del self._unnamed[index]
-        events = self._close("completed")
-        output_index = len(self._done)
-        item_id = self._ids.item("fc", output_index)
-        self._open = CallWriter(item_id, output_index, pending["id"] or item_id, function["name"])
+        writer = partial(CallWriter, call_id=pending["id"], name=function["name"])
+        events = self._begin(writer, "fc")
+        assert isinstance(self._open, CallWriter)
         self._open_call = index
         self._calls_seen.add(index)
-        return [*events, *self._open.open(), *self._open.add("".join(pending["arguments"]))]
+        return [*events, *self._open.add("".join(pending["arguments"]))]
 
     # --- items -------------------------------------------------------------------------------
 
-    def _switch(self, writer: type[ReasoningWriter | MessageWriter], prefix: str) -> list[Event]:
-        """Close the open item (it is complete: another began) and open one of `writer`'s."""
+    def _begin(self, writer: Callable[[str, int], ItemWriter], prefix: str) -> list[Event]:
+        """Close the open item (it is complete: another began) and open the one `writer` makes
+        of its id and output index (reasoning "rs", message "msg", function call "fc")."""
         events = self._close("completed")
         output_index = len(self._done)
-        first = not any(item["type"] == writer.kind for item in self._done)
-        first_id = self._ids.message if prefix == "msg" else self._ids.reasoning
-        item_id = first_id if first else self._ids.item(prefix, output_index)
-        self._open = writer(item_id, output_index)
+        self._open = writer(self._item_id(prefix, output_index), output_index)
         return events + self._open.open()
+
+    def _item_id(self, prefix: str, output_index: int) -> str:
+        """The first reasoning item and the first message have the response's own ids (as
+        the plain answer's do); any other item its prefix and output index."""
+        firsts = {"rs": ("reasoning", self._ids.reasoning), "msg": ("message", self._ids.message)}
+        kind, first_id = firsts.get(prefix, ("", ""))
+        if kind and not any(item["type"] == kind for item in self._done):
+            return first_id
+        return self._ids.item(prefix, output_index)
 
     def _close(self, status: str) -> list[Event]:
         if self._open is None:

@@ -167,9 +167,10 @@ class MessageWriter(ItemWriter):
 class CallWriter(ItemWriter):
     kind = "function_call"
 
-    def __init__(self, item_id: str, output_index: int, call_id: str, name: str) -> None:
+    def __init__(self, item_id: str, output_index: int, call_id: str | None, name: str) -> None:
         super().__init__(item_id, output_index)
-        self.call_id, self.name = call_id, name
+        self.call_id = call_id or item_id  # a call the upstream gave no id is named by its item
+        self.name = name
         self.arguments: list[str] = []
 
     def add(self, arguments: str) -> list[Event]:

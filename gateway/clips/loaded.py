@@ -5,7 +5,7 @@ streamed clips."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +20,7 @@ from ..affinity import (
     part_digests,
     sha256_digest,
 )
-from ..audio.durations import AudioHeader, read_base64_header
+from ..audio.durations import AudioHeader, check_decode_limits, read_base64_header
 from ..audio.encoder import EncodedAudio, StreamedAudio
 from ..audio.sources import AudioSource
 from ..audio.sources.objects import ObjectClip
@@ -58,6 +58,15 @@ def clip_header(clip: LoadedClip) -> AudioHeader | None:
     if isinstance(clip, InlineAudio):
         return read_base64_header(clip.payload, base64_decoded_size(clip.uri, clip.payload_start))
     return clip.audio.header
+
+
+def check_clip_limits(clip: LoadedClip, max_seconds: float, max_decode_bytes: int) -> None:
+    """vLLM's decode limits (`audio.max_duration_seconds`, `audio.max_decode_bytes`), from the
+    clip's header: 413 before anything is sent."""
+    label, given, param = clip_names(clip)
+    check_decode_limits(
+        clip_header(clip), max_seconds, max_decode_bytes, label=label, given=given, param=param
+    )
 
 
 def base64_segments(clip: LoadedClip) -> tuple[str, bytes, tuple[Segment, ...]]:
@@ -103,6 +112,8 @@ def content_sha256(clip: LoadedClip, digest: str | None = None) -> str:
     if digest is not None and digest.startswith(SHA256_PREFIX):
         return digest[len(SHA256_PREFIX) :]
     if isinstance(clip, InlineAudio):
+        if clip.sha256 is not None:  # hashed by the sidechannel's check
+            return clip.sha256
         return hashlib.sha256(pybase64.b64decode(clip.payload)).hexdigest()
     if clip.audio.sha256 is None:
         raise AssertionError("the audio store computes digests when part_uuid is on")
@@ -115,19 +126,26 @@ def clip_digest(clip: LoadedClip) -> str:
     were not hashed before it is sent (streamed, or fetched by vLLM from its URL) by its
     identity: a file's real path, mtime_ns and size; an object's bucket, key, ETag and size."""
     if isinstance(clip, InlineAudio):
+        if clip.sha256 is not None:  # hashed by the sidechannel's check
+            return sha256_digest(clip.sha256)
         return base64_digest(clip.uri, clip.payload_start)  # strict base64: checked
     if clip.audio.sha256 is not None:
         return sha256_digest(clip.audio.sha256)
     return identity_digest("source", clip.source.key_identity)
 
 
-def clips_key(digests: Sequence[str], places: Sequence[Place], items: Any) -> str | None:
+def clips_key(
+    digests: Sequence[str],
+    places: Sequence[Place],
+    items: Any,
+    own: Mapping[Place, str | None] | None = None,
+) -> str | None:
     """The key of a request's clips (their `clip_digest`s) in clip order: the sidechannel's
     (the first clips), then the audio parts of `items` (its messages, or Responses input) in
     order, the path parts the last `len(places)` clips were read from and the parts the
-    client inlined itself alike."""
+    client inlined itself alike (`own`: their digests, when already taken)."""
     side = len(digests) - len(places)
-    resolved = dict(zip(places, digests[side:], strict=True))
+    resolved = {**(own or {}), **dict(zip(places, digests[side:], strict=True))}
     return clip_key([*digests[:side], *part_digests(items, resolved)])
 
 

@@ -2,6 +2,7 @@
 
 Holds the sidechannel's keys and forms (`sidechannel`), chat content parts naming a path
 (`content_parts`) and what their URLs name (`urls`), object URLs and prefixes
-(`object_names`) and container formats by extension and content (`formats`).
+(`object_names`), container formats by extension and content (`formats`), and strict base64
+checked and hashed piece by piece (`strict_base64`).
 May import: `gateway.errors` only. Everything else may import it.
 """

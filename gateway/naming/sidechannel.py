@@ -8,17 +8,16 @@ ordinary metadata. `SidechannelKeys` holds the names under one prefix, computed 
 
 from __future__ import annotations
 
-import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import pybase64
 
 from ..errors import InvalidRequest, PayloadTooLarge
 from .formats import mime_for_extension
+from .strict_base64 import is_strict_base64, strict_base64_sha256
 
 SIDECHANNEL_KEYS = ("audio_data", "audio_url", "audio_path", "audio_paths")
 LEGACY_INLINE_KEY = "audio_url"
@@ -35,6 +34,8 @@ class InlineAudio:
     mime: str
     payload_start: int
     param: str
+    # The sha256 (hex) of the decoded bytes, when the check computed it (`read(sha256=True)`).
+    sha256: str | None = None
 
     @property
     def payload(self) -> str:
@@ -105,14 +106,17 @@ class SidechannelKeys:
         metadata = body.get("metadata")
         return isinstance(metadata, dict) and any(name in metadata for name in self.names)
 
-    def read(self, body: dict[str, Any], max_clips: int, max_clip_bytes: int) -> Sidechannel | None:
+    def read(
+        self, body: dict[str, Any], max_clips: int, max_clip_bytes: int, *, sha256: bool = False
+    ) -> Sidechannel | None:
         """The validated sidechannel of a request body, or None when it carries none.
 
-        `max_clip_bytes` bounds inline audio as `audio.max_file_bytes` bounds files (413 above)."""
+        `max_clip_bytes` bounds inline audio as `audio.max_file_bytes` bounds files (413 above);
+        with `sha256`, inline audio's check also hashes its bytes (`InlineAudio.sha256`)."""
         metadata = body.get("metadata")
         if not isinstance(metadata, dict):
             return None
-        return self._read(metadata, self._metadata_params, max_clips, max_clip_bytes)
+        return self._read(metadata, self._metadata_params, max_clips, max_clip_bytes, sha256)
 
     def read_fields(
         self, fields: Mapping[str, Any], max_clips: int, max_clip_bytes: int, *, prefix: str
@@ -123,7 +127,12 @@ class SidechannelKeys:
         return self._read(fields, params, max_clips, max_clip_bytes)
 
     def _read(
-        self, fields: Mapping[str, Any], params: Mapping[str, str], max_clips: int, max_bytes: int
+        self,
+        fields: Mapping[str, Any],
+        params: Mapping[str, str],
+        max_clips: int,
+        max_bytes: int,
+        sha256: bool = False,
     ) -> Sidechannel | None:
         """The rules, in one place; `params` names each key in messages."""
         present = [name for name in self.names if name in fields]
@@ -143,7 +152,7 @@ class SidechannelKeys:
         if kind == "audio_path":
             return Sidechannel(key, kind, (_path_clip(value, param, param),))
         if kind != "audio_paths":  # audio_data, or its legacy name audio_url
-            return Sidechannel(key, kind, (parse_data_uri(value, param, max_bytes),))
+            return Sidechannel(key, kind, (parse_data_uri(value, param, max_bytes, sha256=sha256),))
         paths = _path_list(value, param)
         if len(paths) > max_clips:
             raise InvalidRequest(
@@ -166,7 +175,11 @@ def strip_sidechannel(body: dict[str, Any], key: str) -> None:
         del body["metadata"]
 
 
-def parse_data_uri(value: Any, param: str, max_clip_bytes: int) -> InlineAudio:
+def parse_data_uri(
+    value: Any, param: str, max_clip_bytes: int, *, sha256: bool = False
+) -> InlineAudio:
+    """`value` as inline audio, checked (strict base64, an audio/* type, the size); with
+    `sha256`, the check hashes the bytes it decodes (one decode for the check and the hash)."""
     if not isinstance(value, str):
         raise _invalid(param, f"must be a data URI string, got {type(value).__name__}")
     if not value:
@@ -180,7 +193,8 @@ def parse_data_uri(value: Any, param: str, max_clip_bytes: int) -> InlineAudio:
     start = match.end()
     if start == len(value):
         raise _invalid(param, "has an empty base64 payload")
-    if not _is_strict_base64(value, start):
+    digest = strict_base64_sha256(value, start) if sha256 else None
+    if digest is None and (sha256 or not is_strict_base64(value, start)):
         raise _invalid(param, "does not hold valid base64 after ';base64,'")
     decoded_bytes = base64_decoded_size(value, start)
     if decoded_bytes > max_clip_bytes:
@@ -190,27 +204,7 @@ def parse_data_uri(value: Any, param: str, max_clip_bytes: int) -> InlineAudio:
             param=param,
             code="audio_too_large",
         )
-    return InlineAudio(uri=value, mime=mime, payload_start=start, param=param)
-
-
-VALIDATE_CHUNK_CHARS = 4 * 1024 * 1024  # a multiple of 4: base64 quanta never straddle chunks
-
-
-def _is_strict_base64(text: str, start: int) -> bool:
-    """Whether `text[start:]` is strict, padded base64, decoded chunk by chunk: the decoded
-    bytes are dropped as they come, so a large inline clip costs no large allocation."""
-    end = len(text)
-    if (end - start) % 4:
-        return False
-    for offset in range(start, end, VALIDATE_CHUNK_CHARS):
-        chunk = text[offset : offset + VALIDATE_CHUNK_CHARS]
-        if offset + VALIDATE_CHUNK_CHARS < end and "=" in chunk:
-            return False  # padding only at the very end
-        try:
-            pybase64.b64decode(chunk, validate=True)
-        except (binascii.Error, ValueError):
-            return False
-    return True
+    return InlineAudio(uri=value, mime=mime, payload_start=start, param=param, sha256=digest)
 
 
 def base64_decoded_size(text: str, start: int) -> int:

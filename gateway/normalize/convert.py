@@ -23,7 +23,7 @@ import soxr
 from .form import TargetForm
 
 BLOCK_FRAMES = 64 * 1024  # source frames per decoded block (~1.5 s at 44.1 kHz)
-# soxr's default and vLLM's own (librosa's "soxr_hq"); measured in bench/normalize_quality.py
+# soxr's default and vLLM's own (librosa's "soxr_hq"); measured in bench/normalize/quality.py
 RESAMPLE_QUALITY = "HQ"
 OUTPUT_FORMAT = "WAV"
 
@@ -62,7 +62,7 @@ def _convert(
     source: soundfile.SoundFile, form: TargetForm, out: IO[bytes], max_seconds: float
 ) -> Converted:
     channels = form.channels_for(source.channels)
-    rate = form.sample_rate
+    rate = form.rate_for(source.samplerate)
     resampler = None
     if source.samplerate != rate:
         resampler = soxr.ResampleStream(

@@ -4,7 +4,8 @@ In `[splice] repeats = "reference"` every audio part carries its clip's uuid. `r
 out the data of the clips the upstream holds: the part keeps its type and uuid, its data field
 becomes null (vLLM 0.33's uuid-only shape; a part without the field is a 400 there). The body
 keeps what a render with every clip's data needs (the cached base64 pieces, the URLs), so a
-retry never reads a file again.
+retry never reads a file again. Audio the client inlined itself (`InlinePart`) is a clip too:
+its part gets the uuid, and by reference its data field becomes null the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,17 @@ from ..audio.sources.s3 import ObjectInfo
 from ..splice import Part
 from ..upstream.body import Placeholders, SegmentedPayload
 from .held import ClipKey, kwargs_key
+
+
+@dataclass(frozen=True, slots=True)
+class InlinePart:
+    """An audio part the client inlined itself (a base64 data URI, or `input_audio` data),
+    without a uuid of its own: a clip the gateway holds, named by its bytes' sha256."""
+
+    part: Part  # the client's dict, in the body
+    field: str  # "audio_url" or "input_audio"
+    uuid: str  # the sha256 (hex) of its decoded bytes, as for a file's clip
+    size: int  # its base64 characters (what going by reference saves)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,8 @@ class ReferencedBody:
         self._placeholders = placeholders
         self.parts = tuple(parts)
         self.clip_key = clip_key  # every render carries it, the retry with data too
+        model = body.get("model")
+        self.model = model if type(model) is str else ""  # whose references these are
         self.keys = tuple(dict.fromkeys(part.key for part in parts))
 
     @classmethod
@@ -56,9 +70,11 @@ class ReferencedBody:
         parts: Sequence[Part],
         base64_sizes: Sequence[int | None],
         clip_key: str | None = None,
+        inline: Sequence[InlinePart] = (),
     ) -> ReferencedBody:
         """The spliced `body` and its audio `parts` (each with its uuid), in clip order, with
-        the base64 size each part carries (None: a URL, no placeholder) and the clip key."""
+        the base64 size each part carries (None: a URL, no placeholder) and the clip key;
+        then the audio parts the client inlined itself (`inline`), which get their uuid now."""
         kwargs = kwargs_key(body)
         numbers = iter(range(len(placeholders)))  # one placeholder per part with bytes, in order
         clip_parts = []
@@ -67,6 +83,11 @@ class ReferencedBody:
             placeholder = None if size is None else next(numbers)
             key = (part["uuid"], kwargs)
             clip_parts.append(ClipPart(part, field, part[field], key, placeholder, size or 0))
+        for found in inline:
+            found.part["uuid"] = found.uuid
+            data = found.part[found.field]
+            key = (found.uuid, kwargs)
+            clip_parts.append(ClipPart(found.part, found.field, data, key, None, found.size))
         return cls(body, placeholders, clip_parts, clip_key)
 
     def render(self, references: frozenset[ClipKey]) -> SegmentedPayload:

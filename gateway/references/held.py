@@ -18,7 +18,8 @@ once. Only the event loop touches the record, so it needs no lock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,9 @@ from ..metrics import GatewayMetrics
 ClipKey = tuple[str, bytes]  # the part's uuid, and the request's kwargs (canonical JSON)
 KWARGS_FIELDS = ("mm_processor_kwargs", "media_io_kwargs")  # what vLLM folds into the key
 NO_KWARGS = b""
+# A reference to a clip recorded this recently that misses says the layout forgets clips
+# (references/models.py), not that a large working set evicted it.
+RECENT_SECONDS = 60.0
 
 
 def kwargs_key(body: Mapping[str, Any]) -> bytes:
@@ -66,6 +70,11 @@ class Sending:
         self._keys = keys
         self._epoch = record.epoch
         self._open = True
+        self._then: Callable[[], None] | None = None
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once if the request succeeds (its clips are recorded as held)."""
+        self._then = callback
 
     def add(self, other: Sending) -> None:
         """Take `other`'s clips into this request's."""
@@ -85,6 +94,8 @@ class Sending:
         if self._open:
             self._open = False
             self._record.settle(self._keys, held=self._epoch == self._record.epoch)
+            if self._then is not None:
+                self._then()
 
     def ended(self) -> None:
         """The request is over; if it never succeeded, its clips are not recorded."""
@@ -94,10 +105,18 @@ class Sending:
 
 
 class UpstreamClips:
-    def __init__(self, max_clips: int, wait_seconds: float, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self,
+        max_clips: int,
+        wait_seconds: float,
+        metrics: GatewayMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.wait_seconds = wait_seconds
         self.epoch = 0  # bumped when the upstream's caches are cleared
-        self._held: LRUCache[ClipKey, bool] = LRUCache(maxsize=max_clips)
+        self._clock = clock
+        # when each clip was last recorded (its data accepted), by the clock
+        self._held: LRUCache[ClipKey, float] = LRUCache(maxsize=max_clips)
         self._seeds: dict[ClipKey, _Seed] = {}
         metrics.reference_clips.set_function(lambda: len(self._held))
 
@@ -106,7 +125,13 @@ class UpstreamClips:
 
     def holds(self, key: ClipKey) -> bool:
         """Whether `key` is recorded (and, if so, now the most recently used)."""
-        return self._held.get(key, False)
+        return self._held.get(key) is not None
+
+    def recently_held(self, keys: Iterable[ClipKey]) -> bool:
+        """Whether every one of `keys` was recorded within RECENT_SECONDS: a reference to it
+        should not miss in a layout that keeps clips."""
+        since = self._clock() - RECENT_SECONDS
+        return all((at := self._held.get(key)) is not None and at >= since for key in keys)
 
     async def plan(self, keys: Iterable[ClipKey]) -> tuple[frozenset[ClipKey], Sending]:
         """Which of a request's clips go by reference, and the `Sending` of the others.
@@ -152,9 +177,10 @@ class UpstreamClips:
         return Sending(self, keys)
 
     def settle(self, keys: list[ClipKey], *, held: bool) -> None:
+        now = self._clock()
         for key in keys:
             if held:
-                self._held[key] = True
+                self._held[key] = now
             seed = self._seeds.get(key)
             if seed is None:
                 continue

@@ -1,19 +1,25 @@
 """Sending a body whose clips may go by reference, and sending it once more with their data.
 
-`ReferenceRelay.relay` asks the record (`held.py`) which clips the upstream holds,
-sends those as uuid-only parts, and watches the start of the answer before the client sees
-any of it. When the upstream did not have them, the whole request goes again with every
-clip's data (and uuid), and the client sees only that second answer:
+`ReferenceRelay.relay` asks the record (`held.py`) which clips the upstream holds and the
+model's state (`models.py`) whether they may go by reference, sends those as uuid-only parts,
+and watches the start of the answer before the client sees any of it. When the upstream did
+not have them, the whole request goes again with every clip's data (and uuid), and the client
+sees only that second answer:
 
 - a 400 whose `error.message` starts with `Cache miss for` (vLLM 0.33's processor cache);
+- any other 400 (a model or proxy that refuses uuid-only parts: Voxtral under
+  `--tokenizer-mode mistral`, vLLM with `--mm-processor-cache-gb 0`); when the copy with data
+  succeeds, the model's clips go with data from now on (`models.py`), and a client's own bad
+  request, which fails with data too, is relayed as that second answer;
 - a 500 (vLLM's engine cache drifted from its API server's: "Internal server error");
 - a 2xx event stream with an error event, or cut, before the first event with content,
   reasoning or a tool call: these first events are held back until one arrives.
 
-Nothing is retried once content may have reached the client, nor a request that carried no
-reference, nor a retry; any other answer is relayed as it is. The answer itself is written by
-the caller's `Answer` (the plain relay, or the Responses bridge), given the upstream response
-with the held-back events put back in front.
+A miss for clips whose data the model accepted moments before counts toward switching that
+model to data (`models.py`). Nothing is retried once content may have reached the client, nor
+a request that carried no reference, nor a retry; any other answer is relayed as it is. The
+answer itself is written by the caller's `Answer` (the plain relay, or the Responses bridge),
+given the upstream response with the held-back events put back in front.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+import msgspec
 from aiohttp import web
 
 from ..bridge import BridgedRequest
@@ -31,6 +38,7 @@ from ..upstream.relay import RELAY_FAILURES, relay_answer, upstream_errors, upst
 from ..upstream.sse_watch import AnswerWatch, is_cache_miss
 from .body import ReferencedBody
 from .held import ClipKey, Sending, UpstreamClips
+from .models import ModelReferences
 
 log = logging.getLogger("gateway.reference_relay")  # named before the move: log filters key on it
 
@@ -41,12 +49,15 @@ CACHE_CLEARING_PATHS = frozenset(
     {"/pause", "/sleep", "/reset_mm_cache", "/release_kv_cache_memory"}
 )
 MISS_BODY_MAX_BYTES = 64 * 1024  # a 400 larger than this is not vLLM's cache-miss error
-RETRY_REASONS = ("cache_miss", "upstream_error", "stream_error")
+RETRY_REASONS = ("cache_miss", "upstream_error", "stream_error", "refused")
 
 
 class ReferenceRelay:
-    def __init__(self, clips: UpstreamClips, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, clips: UpstreamClips, models: ModelReferences, metrics: GatewayMetrics
+    ) -> None:
         self.clips = clips
+        self.models = models  # which models' clips may go by reference (models.py)
         self._parts = {form: metrics.audio_parts.labels(form) for form in ("data", "reference")}
         self._retries = {
             reason: metrics.reference_retries.labels(reason) for reason in RETRY_REASONS
@@ -64,28 +75,47 @@ class ReferenceRelay:
         body: ReferencedBody,
         answer: Answer,
     ) -> web.StreamResponse:
-        """Send `body` to `target` (by reference where the record allows) and `answer` with the
-        upstream's response, sending it again with every clip's data when that one missed."""
-        references, sending = await self.clips.plan(body.keys)
+        """Send `body` to `target` (by reference where the record and the model allow) and
+        `answer` with the upstream's response, sending it again with every clip's data when
+        that one missed or was refused."""
+        references, sending = await self._plan(body)
         try:
             upstream = await self._send(pool, target, headers, body, references, sending)
             if not references:
                 return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
+            recent = self.clips.recently_held(references)  # a miss now says the layout forgets
             reason, held, rest = await _first_answer(upstream)
             if reason is None:
                 self._saved.inc(body.by_reference(references)[1])
+                if recent:
+                    self.models.fared(body.model, references, missed=False)
                 if _is_ok_stream(upstream):  # held back until content (or its clean end)
                     sending.succeeded()
                 return await answer(_Watched(upstream, held, rest, sending, watch=False))
             upstream.close()
             self._retries[reason].inc()
+            if reason == "cache_miss" and recent:
+                self.models.fared(body.model, references, missed=True)
             self.clips.forget(body.keys)
             sending.ended()
             sending = self.clips.sending(list(body.keys))
+            if reason == "refused":  # learned only if the same request with data succeeds
+                refusal = _error_message(held)
+                sending.then(lambda: self.models.refused(body.model, refusal))
             upstream = await self._send(pool, target, headers, body, frozenset(), sending)
             return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
         finally:
             sending.ended()
+
+    async def _plan(self, body: ReferencedBody) -> tuple[frozenset[ClipKey], Sending]:
+        """The clips that go by reference, and the `Sending` of the others."""
+        if not self.models.references(body.model, body.keys):  # the model takes data now
+            return frozenset(), self.clips.sending(list(body.keys))
+        held, sending = await self.clips.plan(body.keys)
+        references = self.models.references(body.model, held)
+        if len(references) < len(held):  # clips that missed in a trial: with their data
+            sending.add(self.clips.sending(list(held - references)))
+        return references, sending
 
     async def relay_route(
         self,
@@ -174,13 +204,25 @@ async def _first_answer(
 async def _bad_request(
     upstream: UpstreamResponse,
 ) -> tuple[str | None, list[bytes], AsyncIterator[bytes]]:
+    """Any 400 calls for a retry with the data: vLLM's cache miss, or a refusal of uuid-only
+    parts (a model or proxy that takes none); a larger body than a miss is not read."""
     length = upstream.content_length
     if length is None or length > MISS_BODY_MAX_BYTES:
-        return None, [], upstream.chunks()
+        return "refused", [], _nothing()
     chunks = upstream.chunks()
     received = [chunk async for chunk in chunks]
-    reason = "cache_miss" if is_cache_miss(b"".join(received)) else None
+    reason = "cache_miss" if is_cache_miss(b"".join(received)) else "refused"
     return reason, received, chunks
+
+
+def _error_message(received: list[bytes]) -> str:
+    """The `error.message` of an OpenAI-style error body (else its start), for the log."""
+    text = b"".join(received)
+    try:
+        message = msgspec.json.decode(text)["error"]["message"]
+    except (msgspec.DecodeError, KeyError, TypeError):
+        return text[:200].decode(errors="replace")
+    return str(message)[:500]
 
 
 async def _held_back(

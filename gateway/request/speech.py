@@ -8,8 +8,9 @@ multipart upload vLLM expects, built from the audio sidechannel.
   never base64), the other fields stay form fields;
 - anything else: relayed untouched, for vLLM to answer.
 
-Paths go through the chat routes' policy, resolver and audio store (raw-byte entries, same
-budget and single-flight); clips over `cache.max_item_bytes` are streamed from disk.
+Paths are loaded by the chat routes' `ClipLoader` (`load_raw`: policy, resolver, [normalize],
+the audio store's raw-byte entries with the same budget and single-flight); clips over
+`cache.max_item_bytes` are streamed from disk.
 """
 
 from __future__ import annotations
@@ -25,14 +26,12 @@ from aiohttp import web
 from aiohttp.helpers import parse_mimetype
 
 from ..affinity import bytes_digest, clip_key
-from ..audio.durations import HEADER_BYTES, AudioHeader, check_decode_limits, read_header
 from ..audio.encoder import StreamedAudio
-from ..clips.loaded import PathClip, clip_digest
+from ..clips.loaded import LoadedClip, check_clip_limits, clip_digest, close_streams
 from ..config import AudioConfig
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..naming.formats import EXTENSION_BY_MIME, checked_mime
 from ..naming.sidechannel import LEGACY_INLINE_KEY, InlineAudio, PathAudio
-from ..normalize.source import as_sent
 from ..upstream.body import SegmentedPayload
 from ..upstream.content_coding import read_decoded_body
 from ..upstream.multipart import (
@@ -45,11 +44,13 @@ from ..upstream.multipart import (
     text_part,
 )
 from ..upstream.relay import request_body_chunks, request_body_length, request_headers_for_upstream
-from .pipeline import RewritePipeline, parse_json_object
+from .pipeline import RewritePipeline
+from .shapes import parse_json_object
 
 log = logging.getLogger("gateway.speech")  # the name the docs give
 
 RequestBody = bytes | SegmentedPayload | AsyncIterator[bytes]
+TOLD_MODELS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class SpeechUploads:
         self.max_clip_bytes = audio.max_file_bytes
         self.max_body_bytes = max_body
         self._legacy_key_logged = False
+        self._told: set[str | None] = set()  # models told not to translate
 
     async def prepare(self, request: web.Request) -> Outgoing | None:
         boundary = request.content_type == "multipart/form-data" and _boundary(request)
@@ -180,6 +182,8 @@ class SpeechUploads:
     async def _rewritten(
         self, request: web.Request, ref: InlineAudio | PathAudio, parts: list[FormPart]
     ) -> Outgoing:
+        if request.path.endswith("/translations"):
+            await self._tell_translation(parts)
         upload, digest = await self._upload(ref)
         try:
             boundary = f"audio-gateway-{os.urandom(16).hex()}"
@@ -192,42 +196,51 @@ class SpeechUploads:
         headers = request_headers_for_upstream(request, content_type=content_type, decoded=True)
         return Outgoing(headers, payload, rewritten=True)
 
+    async def _tell_translation(self, parts: list[FormPart]) -> None:
+        """A translation sent to a model whose profile says it does not translate (Voxtral,
+        Kimi-Audio, ... answer a transcription there): relayed as asked, logged once a model."""
+        model = next((part.text() for part in parts if part.name == "model"), None)
+        rules = await self.pipeline.models.rules({"model": model})
+        what = rules.profile.translations
+        if rules.placed and what in ("transcribes", "none") and model not in self._told:
+            if len(self._told) >= TOLD_MODELS:
+                self._told.clear()  # a client naming ever new models: told again, not kept
+            self._told.add(model)
+            answer = "a transcription" if what == "transcribes" else "an error"
+            log.warning(
+                "model %r (%s) does not translate: vLLM answers /v1/audio/translations with %s "
+                "for it (its profile; logged once per model)",
+                model,
+                rules.architecture,
+                answer,
+            )
+
     async def _upload(self, ref: InlineAudio | PathAudio) -> tuple[AudioUpload, str]:
         """The clip as a file part, within vLLM's decode limits (its speech-to-text routes
         apply VLLM_MAX_AUDIO_DECODE_DURATION_S / _BYTES as chat does), and its digest in the
         clip key (the chat routes' digest of the same clip)."""
+        keyed = self.pipeline.keyed
         if isinstance(ref, InlineAudio):
             upload = inline_upload(ref)
+            self._check_limits(ref)
             data = upload.segments[0]
             assert isinstance(data, bytes)  # decoded whole
-            header = read_header(data[:HEADER_BYTES], len(data))
-            self._check_limits(header, ref.param, ref.given, ref.param)
-            return upload, bytes_digest(data) if self.pipeline.keyed else ""
-        clip = (await self.pipeline.sources([ref], presigned=False))[0]
-        audio = await self.pipeline.store.get(clip, raw=True)
+            return upload, bytes_digest(data) if keyed else ""
+        clip = await self.pipeline.loader.load_raw(ref)
         try:
-            self._check_limits(audio.header, ref.label, ref.given, ref.param)
+            self._check_limits(clip)
         except BaseException:
-            if isinstance(audio, StreamedAudio):
-                await audio.aclose()
+            await close_streams([clip])
             raise
+        audio = clip.audio
         segments = (audio,) if isinstance(audio, StreamedAudio) else audio.pieces
         name = os.path.basename(ref.given)
         if audio.converted:  # [normalize]: the WAV the gateway made of the clip
             name = os.path.splitext(name)[0] + ".wav"
-        digest = clip_digest(PathClip(as_sent(clip, audio), audio)) if self.pipeline.keyed else ""
-        return AudioUpload(name, audio.mime, segments), digest
+        return AudioUpload(name, audio.mime, segments), clip_digest(clip) if keyed else ""
 
-    def _check_limits(self, header: AudioHeader | None, label: str, given: str, param: str) -> None:
-        limits = self.audio
-        check_decode_limits(
-            header,
-            limits.max_duration_seconds,
-            limits.max_decode_bytes,
-            label=label,
-            given=given,
-            param=param,
-        )
+    def _check_limits(self, clip: LoadedClip) -> None:
+        check_clip_limits(clip, self.audio.max_duration_seconds, self.audio.max_decode_bytes)
 
 
 def inline_upload(ref: InlineAudio) -> AudioUpload:

@@ -18,7 +18,8 @@ and carry `reasoning` when the `X-Stub-Reasoning` header gives it; a named or `r
 asked, speaks vLLM's realtime WebSocket (`/v1/realtime`, `realtime.py`), and reads the
 speech-to-text routes' multipart forms as vLLM's FastAPI handler does (`speech.py`). It holds
 clips by uuid as vLLM's multimodal processor cache does (`mm_cache.py`, `cache_control.py`:
-uuid-only parts, the cache-miss 400, /pause /sleep /reset_mm_cache, engine drift) and can
+uuid-only parts, the cache-miss 400, /pause /sleep /reset_mm_cache, engine drift), can stand
+for several API servers each with its own cache (`api_servers.py`) and can
 record the chat bodies it receives (`body_log.py`). It can pace its answers and write head
 and body apart as vLLM does (`pacing.py`). Run alone with `python -m gateway.stub_upstream
 --port 8000`; `/metrics` is `vllm_metrics.py`.

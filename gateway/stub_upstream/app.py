@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from .api_servers import ApiServers
 from .body_log import BodyLog
 from .cache_control import add_cache_control_routes, add_mm_cache_arguments, admit_audio
 from .chat_answer import ChatAnswer
@@ -22,6 +23,7 @@ from .mm_kwargs import check_request_mm_kwargs
 from .pacing import add_answer_shaping_arguments, install_answer_shaping
 from .parts import chat_message_clips, responses_item_clips
 from .realtime import echo_session, realtime
+from .served import ServedModel, add_served_arguments, served_from_arguments
 from .speech import add_speech_routes
 from .state import ReceivedRequest, StubState, stub_state_key
 from .tokens import TokenFields, token_fields, tokenize
@@ -36,6 +38,8 @@ from .window import (
     windowed,
 )
 from .wire import compact_json, start_event_stream, vllm_json
+
+served_key = web.AppKey("served_key", ServedModel)
 
 
 def create_stub_app(
@@ -53,6 +57,9 @@ def create_stub_app(
     pace_answers: int = 0,
     pace_ms: float = 0,
     split_head_body: bool = False,
+    api_server_count: int = 1,
+    api_server_per_request: bool = False,
+    served: ServedModel | None = None,
 ) -> web.Application:
     """`responses_accept_audio` emulates an upstream whose Responses API takes `input_audio`
     and `audio_url` parts; vLLM 0.33's refuses them (the default). `allowed_media_domains` is
@@ -66,12 +73,19 @@ def create_stub_app(
     non-empty `mm_processor_kwargs` / `media_io_kwargs` is vLLM's 400 (`mm_kwargs.py`).
     `pace_answers`/`pace_ms` release model answers at most N at a time, MS apart, and
     `split_head_body` writes an answer's head and body separately, as vLLM and uvicorn do
-    (`pacing.py`)."""
+    (`pacing.py`). `served`: the model's name and root on /v1/models, and the refusals of its
+    front end (`served.py`). `api_server_count` API servers each keep their own processor
+    cache (`api_servers.py`)."""
     middlewares = [_count, windowed] if window is not None else [_count]
     app = web.Application(client_max_size=2 * 1024**3, middlewares=middlewares)
     if window is not None:
         app[window_key] = window
     timeout = float(os.environ.get("VLLM_AUDIO_FETCH_TIMEOUT", AUDIO_FETCH_TIMEOUT_SECONDS))
+    engine_bytes = None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB)
+    caches = [
+        MmProcessorCache(round(mm_processor_cache_gb * GIB), engine_bytes)
+        for _ in range(max(api_server_count, 1))
+    ]
     body_log = BodyLog(record_bodies) if record_bodies else None
     app[stub_state_key] = StubState(
         allowed_local_media_path=os.path.realpath(allowed_local_media_path)
@@ -84,14 +98,15 @@ def create_stub_app(
         record=record,
         responses_accept_audio=responses_accept_audio,
         trust_request_mm_kwargs=trust_request_mm_kwargs,
-        mm_cache=MmProcessorCache(
-            round(mm_processor_cache_gb * GIB),
-            None if mm_engine_cache_gb is None else round(mm_engine_cache_gb * GIB),
-        ),
+        mm_cache=caches[0],
+        api_servers=ApiServers(caches, per_request=api_server_per_request)
+        if api_server_count > 1
+        else None,
         mm_preprocess_delay_seconds=mm_preprocess_delay_seconds,
         body_log=body_log,
     )
     app[http_requests_key] = Counter()
+    app[served_key] = served or ServedModel()
     install_answer_shaping(app, pace_answers, pace_ms, split_head_body)
     if body_log is not None:
         app.cleanup_ctx.append(body_log.lifetime)
@@ -175,6 +190,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     items: list[AudioItem] = []
     for message in messages:
         items.extend(await chat_message_clips(message, state))
+    request.app[served_key].check_prompt(items)
     admission = await admit_audio(request, body, items)  # a 400 on a miss, before any stream
     clips = admission.clips
     report = state.last_report = _report(body, clips, messages[-1] if messages else None)
@@ -373,12 +389,7 @@ async def _finish_sse(request: web.Request, response: web.StreamResponse) -> web
 
 
 async def models(request: web.Request) -> web.Response:
-    return vllm_json(
-        {
-            "object": "list",
-            "data": [{"id": "stub-audio-model", "object": "model", "owned_by": "stub"}],
-        }
-    )
+    return vllm_json({"object": "list", "data": [request.app[served_key].card()]})
 
 
 async def vllm_health(request: web.Request) -> web.Response:
@@ -437,6 +448,9 @@ def main(argv: list[str] | None = None) -> None:
         pace_answers=args.pace_answers,
         pace_ms=args.pace_ms,
         split_head_body=args.split_head_body,
+        api_server_count=args.api_server_count,
+        api_server_per_request=args.api_server_per_request,
+        served=served_from_arguments(args),
     )
     # run_app calls `print` once every site listens: the start-up line says where.
     listening = (
@@ -485,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="vLLM's flag: take per-request mm_processor_kwargs / media_io_kwargs (else 400)",
     )
     add_answer_shaping_arguments(parser)
+    add_served_arguments(parser)
     return parser
 
 

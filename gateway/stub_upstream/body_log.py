@@ -1,5 +1,5 @@
 """`--record-bodies PATH`: every chat-completions body the stub receives, one JSON object a line,
-in arrival order (the input of `bench/vllm_frontend_cpu.py`). The file is truncated at start."""
+in arrival order (the input of `bench/vllm_frontend_cpu/`). The file is truncated at start."""
 
 from __future__ import annotations
 

@@ -19,7 +19,14 @@ from typing import Any
 from aiohttp import web
 
 from .media import ClipReport, StubRejection
-from .mm_cache import DEFAULT_CACHE_GB, Admission, AudioItem, hash_factors, item_key
+from .mm_cache import (
+    DEFAULT_CACHE_GB,
+    Admission,
+    AudioItem,
+    MmProcessorCache,
+    hash_factors,
+    item_key,
+)
 from .state import stub_state_key
 from .wire import vllm_json
 
@@ -40,7 +47,7 @@ async def admit_audio(
     factors = hash_factors(body)
     keys = [item_key(item, str(body.get("model", "")), factors) for item in items]
     lose = request.headers.get(LOSE_IN_ENGINE_HEADER) == "1"
-    return state.mm_cache.admit(items, keys, lose_in_engine=lose)
+    return state.cache_for(request).admit(items, keys, lose_in_engine=lose)
 
 
 def add_mm_cache_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +62,19 @@ def add_mm_cache_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="the engine replica's size (default: the same); smaller makes the two drift",
+    )
+    parser.add_argument(
+        "--api-server-count",
+        type=int,
+        default=1,
+        help="vLLM's flag: API-server processes, each with its own processor cache; each new "
+        "connection reaches the next one in turn",
+    )
+    parser.add_argument(
+        "--api-server-per-request",
+        action="store_true",
+        help="with --api-server-count: each request reaches the next API server (a proxy "
+        "balancing requests), not each connection",
     )
     parser.add_argument(
         "--mm-preprocess-delay-ms",
@@ -85,7 +105,7 @@ async def pause(request: web.Request) -> web.Response:
     """`mode` abort|wait|keep, `clear_cache` (default true) empties the cache in every mode."""
     _choice(request, "mode", PAUSE_MODES)
     if _flag(request, "clear_cache", True):
-        request.app[stub_state_key].mm_cache.clear()
+        _clear(request)
     return vllm_json({"status": "paused"})
 
 
@@ -100,7 +120,7 @@ async def sleep(request: web.Request) -> web.Response:
         raise _query_error("level", "an integer from 0 to 2", raw)
     _choice(request, "mode", PAUSE_MODES)
     if int(raw) >= 1:
-        request.app[stub_state_key].mm_cache.clear()
+        _clear(request)
     return vllm_json({"status": "sleeping", "level": int(raw)})
 
 
@@ -110,12 +130,12 @@ async def wake_up(request: web.Request) -> web.Response:
 
 
 async def release_kv_cache_memory(request: web.Request) -> web.Response:
-    request.app[stub_state_key].mm_cache.clear()
+    _clear(request)
     return vllm_json({"status": "kv_cache_released"})
 
 
 async def reset_mm_cache(request: web.Request) -> web.Response:
-    request.app[stub_state_key].mm_cache.clear()
+    _clear(request)
     return web.Response(status=200)  # vLLM answers an empty 200
 
 
@@ -129,9 +149,24 @@ async def stub_state(request: web.Request) -> web.Response:
             "rejected": state.rejected,
             "decodes": state.decodes,
             "streams_finished": state.streams_finished,
-            "mm_cache": state.mm_cache.stats(),
+            "mm_cache": summed_stats(state.caches()),
+            "api_servers": [cache.stats() for cache in state.caches()],
         }
     )
+
+
+def summed_stats(caches: list[MmProcessorCache]) -> dict[str, int]:
+    """The API servers' caches as one (each server's counters added up)."""
+    total: dict[str, int] = {}
+    for cache in caches:
+        for name, value in cache.stats().items():
+            total[name] = total.get(name, 0) + value
+    return total
+
+
+def _clear(request: web.Request) -> None:
+    for cache in request.app[stub_state_key].caches():
+        cache.clear()
 
 
 async def lose_in_engine(request: web.Request) -> web.Response:
@@ -144,7 +179,8 @@ async def lose_in_engine(request: web.Request) -> web.Response:
     keys = body.get("keys") if isinstance(body, dict) else None
     if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
         raise StubRejection("keys must be a list of strings", param="keys")
-    lost = request.app[stub_state_key].mm_cache.lose_in_engine(keys)
+    caches = request.app[stub_state_key].caches()
+    lost = sum(cache.lose_in_engine(keys) for cache in caches)
     return vllm_json({"lost": lost})
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .api_servers import ApiServers
 from .body_log import BodyLog
 from .mm_cache import DEFAULT_CACHE_GB, GIB, MmProcessorCache
 
@@ -46,6 +47,8 @@ class StubState:
         default_factory=lambda: MmProcessorCache(int(DEFAULT_CACHE_GB * GIB))
     )
     mm_preprocess_delay_seconds: float = 0.0
+    # Several API-server processes, each with its own cache (None: one, `mm_cache`).
+    api_servers: ApiServers | None = None
     body_log: BodyLog | None = None
     streams_finished: int = 0
     cancelled: int = 0
@@ -54,6 +57,14 @@ class StubState:
     # per ended WebSocket session: the close code and reason the stub received (None: none came)
     websocket_closes: list[tuple[int | None, str]] = field(default_factory=list)
     health_status: int = 200  # what GET /health answers (vLLM: 200, or 503 once its engine died)
+
+    def caches(self) -> list[MmProcessorCache]:
+        """Every API server's processor cache (`mm_cache` is the first)."""
+        return self.api_servers.caches if self.api_servers is not None else [self.mm_cache]
+
+    def cache_for(self, request: web.Request) -> MmProcessorCache:
+        """The cache of the API server this request reached."""
+        return self.mm_cache if self.api_servers is None else self.api_servers.cache_for(request)
 
 
 stub_state_key = web.AppKey("stub_state_key", StubState)

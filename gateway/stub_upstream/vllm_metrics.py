@@ -37,6 +37,8 @@ def count_http_request(request: web.Request, status: int) -> None:
 
 async def vllm_metrics(request: web.Request) -> web.Response:
     state = request.app[stub_state_key]
+    queries = sum(cache.queries for cache in state.caches())
+    hits = sum(cache.hits for cache in state.caches())
     labels = f'engine="0",model_name="{MODEL_NAME}"'
     lines = [
         "# TYPE vllm:num_requests_running gauge",
@@ -47,9 +49,9 @@ async def vllm_metrics(request: web.Request) -> web.Response:
         f'vllm:request_success_total{{{labels},finished_reason="stop"}} '
         f"{float(state.request_count)}",
         "# TYPE vllm:mm_cache_queries_total counter",
-        f"vllm:mm_cache_queries_total{{{labels}}} {float(state.mm_cache.queries)}",
+        f"vllm:mm_cache_queries_total{{{labels}}} {float(queries)}",
         "# TYPE vllm:mm_cache_hits_total counter",
-        f"vllm:mm_cache_hits_total{{{labels}}} {float(state.mm_cache.hits)}",
+        f"vllm:mm_cache_hits_total{{{labels}}} {float(hits)}",
         "# TYPE http_requests_total counter",
     ]
     for (handler, method, status), count in sorted(request.app[http_requests_key].items()):

@@ -12,6 +12,10 @@ every clip of a chat request and:
   time grows with its input), and `rule(clips, arrival)` can delay chosen requests, fail
   them with a status, or end their stream with vLLM's in-stream error chunk;
 - counts requests in flight (and the most at once) and the ones cancelled before answering.
+
+A uuid-only part is heard as vLLM hears it: as the clip first sent with its data under that
+uuid (kept here, up to `HELD_MAX_BYTES`); one the window never heard adds nothing, and the chat
+handler answers it as vLLM's cache does (a miss is its 400).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Literal
 
 import msgspec
 from aiohttp import web
+from cachetools import LRUCache
 
 from .media import DATA_URI, StubRejection, b64_bytes
 from .wire import start_event_stream
@@ -37,6 +42,7 @@ except (ImportError, OSError):  # pragma: no cover - depends on the machine
     soundfile = None
 
 WindowMode = Literal["truncate", "refuse"]
+HELD_MAX_BYTES = 256 * 1024**2  # the clips kept for uuid-only parts, by their encoded bytes
 ANSWER_KEY = web.RequestKey("stub_window_answer", str)  # the chat handler says this text
 
 
@@ -96,10 +102,12 @@ class ModelWindow:
     arrivals: int = 0
     cancelled: int = 0
     heard: list[list[HeardClip]] = field(default_factory=list)  # per answered request
+    # the bytes first sent under each uuid: what a uuid-only part stands for
+    held: LRUCache[str, bytes] = field(default_factory=lambda: LRUCache(HELD_MAX_BYTES, len))
 
     async def hear(self, body: dict[str, Any]) -> tuple[list[HeardClip], Action]:
         """Decode the clips of a chat body and apply the window (StubRejection if refused)."""
-        clips = await asyncio.to_thread(_decode_all, _audio_bytes(body), self.seconds)
+        clips = await asyncio.to_thread(_decode_all, _audio_bytes(body, self.held), self.seconds)
         if self.mode == "refuse" and self.seconds is not None:
             for clip in clips:
                 if clip.total_seconds > self.seconds:
@@ -180,27 +188,42 @@ def _failure(status: int, clips: list[HeardClip]) -> web.Response:
     return web.json_response({"error": error}, status=status)
 
 
-def _audio_bytes(body: dict[str, Any]) -> list[bytes]:
-    """The bytes of every inline clip of the chat body's messages, in order."""
+def _audio_bytes(body: dict[str, Any], held: LRUCache[str, bytes]) -> list[bytes]:
+    """The bytes of every inline clip of the chat body's messages, in order: a uuid-only
+    part's are those first sent under its uuid (none when never sent)."""
     found: list[bytes] = []
     messages = body.get("messages")
     for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
         for part in content if isinstance(content, list) else []:
-            if isinstance(data := _part_bytes(part), bytes):
+            if isinstance(data := _part_bytes(part, held), bytes):
                 found.append(data)
     return found
 
 
-def _part_bytes(part: Any) -> bytes | None:
-    if not isinstance(part, dict):
+def _part_bytes(part: Any, held: LRUCache[str, bytes]) -> bytes | None:
+    if not isinstance(part, dict) or part.get("type") not in ("audio_url", "input_audio"):
         return None
-    if part.get("type") == "input_audio" and isinstance(part.get("input_audio"), dict):
-        return b64_bytes(str(part["input_audio"].get("data", "")))
-    url = part.get("audio_url", {}).get("url") if part.get("type") == "audio_url" else None
+    uuid = None if part.get("uuid") is None else str(part["uuid"])
+    data = _inline_bytes(part)
+    if data is None:
+        return held.get(uuid) if uuid is not None else None
+    if uuid is not None and uuid not in held and len(data) <= HELD_MAX_BYTES:
+        held[uuid] = data  # vLLM keeps the first clip under a uuid; a later one is not checked
+    return data
+
+
+def _inline_bytes(part: dict[str, Any]) -> bytes | None:
+    """A part's inline bytes; None for a part without data (uuid-only), file:// and http(s)
+    clips (not windowed: the gateway sends pieces inline)."""
+    value = part.get(part["type"])
+    if part["type"] == "input_audio":
+        data = value.get("data") if isinstance(value, dict) else None
+        return b64_bytes(data) if isinstance(data, str) and data else None
+    url = value.get("url") if isinstance(value, dict) else value
     if isinstance(url, str) and (match := DATA_URI.match(url)):
         return b64_bytes(url[match.end() :])
-    return None  # file:// and http(s) clips are not windowed (the gateway sends pieces inline)
+    return None
 
 
 def pcm_samples(data: bytes) -> Any:

@@ -36,7 +36,7 @@ from ..naming.content_parts import check_clip_count, part_clips
 from ..naming.formats import SNIFF_BYTES, checked_mime, input_audio_format
 from ..naming.sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
 from ..normalize.form import TargetForm, WavFormat, format_in_form, wav_format
-from ..request.pipeline import RouteShape
+from ..request.shapes import RouteShape
 from .jsonl import Line
 from .objects import ObjectChecks, ObjectHead
 from .results import CheckedRow, ClipFacts, RowError

@@ -15,7 +15,8 @@ from contextlib import closing
 from ..config import Config
 from ..metrics import GatewayMetrics
 from ..naming.sidechannel import SidechannelKeys
-from ..request.pipeline import RewritePipeline, build_pipeline
+from ..request.build import build_pipeline
+from ..request.pipeline import RewritePipeline
 from .blobs import ClipDirectory
 from .converters import Extractor, Inliner, Renamer, RowConverter
 from .jsonl import AtomicFile, UsageError, check_output_target, existing_inputs, read_lines

@@ -18,7 +18,7 @@ from ..config import Config
 from ..errors import GatewayError, PayloadTooLarge
 from ..naming.content_parts import part_url
 from ..naming.sidechannel import SidechannelKeys
-from ..request.pipeline import (
+from ..request.shapes import (
     CHAT_AUDIO_URL,
     CHAT_INPUT_AUDIO,
     RESPONSES,

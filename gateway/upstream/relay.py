@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 
 from ..config import UpstreamConfig
 from ..errors import UpstreamTimeout, UpstreamUnavailable
+from ..hop_headers import FRAMING_HEADERS, HOP_BY_HOP_HEADERS, named_in_connection
 from .answered import end_stream, ends_event_stream, mark_answered
 from .body import SegmentedPayload
 from .pool import (
@@ -31,22 +32,10 @@ from .pool import (
 
 log = logging.getLogger("gateway.relay")  # named before the move: log filters key on it
 
-HOP_BY_HOP_HEADERS = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-# aiohttp has already answered any `Expect: 100-continue`.
-FRAMING_HEADERS = frozenset({"host", "content-length", "expect"})
+# Headers a router in front of the replicas adds to name the replica that answered: a backend
+# address (SMG's `x-smg-routed-worker-id: http://10.0.0.11:8000`), which the gateway's clients
+# have no business seeing. Its `x-request-id` names the request, not the replica: relayed.
+BACKEND_ADDRESS_HEADERS = frozenset({"x-smg-routed-worker-id"})
 BUFFERED_RESPONSE_MAX_BYTES = 1024 * 1024  # larger or unsized answers are streamed
 RELAY_FAILURES = (UpstreamClosed, UpstreamTimedOut, OSError)
 
@@ -75,11 +64,6 @@ def upstream_target(pool: UpstreamPool, request: web.Request) -> str:
     return pool.path_prefix + request.raw_path
 
 
-def _named_in_connection(values: Iterable[str]) -> set[str]:
-    """The header names a `Connection` header lists: hop-by-hop for this hop only."""
-    return {token.strip().lower() for value in values for token in value.split(",")}
-
-
 def request_headers_for_upstream(
     request: web.Request,
     *,
@@ -95,7 +79,7 @@ def request_headers_for_upstream(
     """
     if json_body:
         content_type = "application/json"
-    drop = HOP_BY_HOP_HEADERS | _named_in_connection(request.headers.getall("Connection", ()))
+    drop = HOP_BY_HOP_HEADERS | named_in_connection(request.headers.getall("Connection", ()))
     drop |= FRAMING_HEADERS
     if decoded:
         drop |= {"content-encoding"}
@@ -107,10 +91,18 @@ def request_headers_for_upstream(
     return headers
 
 
+def names_a_backend(name: str) -> bool:
+    """`name` (any case) is a header that gives away the address of a replica behind the
+    upstream: never relayed to the client."""
+    return name.lower() in BACKEND_ADDRESS_HEADERS
+
+
 def response_headers_for_client(headers: RawHeaders) -> CIMultiDict[str]:
-    """The upstream's headers minus hop-by-hop ones and Content-Length (the relay frames)."""
+    """The upstream's headers minus hop-by-hop ones, Content-Length (the relay frames) and those
+    that name a backend (`names_a_backend`)."""
     connection = [v.decode("latin-1") for k, v in headers if k.lower() == b"connection"]
-    drop = HOP_BY_HOP_HEADERS | _named_in_connection(connection) | {"content-length"}
+    drop = HOP_BY_HOP_HEADERS | named_in_connection(connection) | {"content-length"}
+    drop |= BACKEND_ADDRESS_HEADERS
     kept: CIMultiDict[str] = CIMultiDict()
     for key, value in headers:
         name = key.decode("latin-1")

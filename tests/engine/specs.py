@@ -13,6 +13,10 @@ QWEN = "tiny-qwen2-audio"
 # vllm-router spreads over in the many-replicas tests.
 QWEN_REPLICA = "tiny-qwen2-audio-replica"
 WHISPER = "tiny-whisper"
+# The three audio chat models started one at a time, by the module that tests them.
+VOXTRAL = "tiny-voxtral"
+AUDIO_FLAMINGO3 = "tiny-audio-flamingo3"
+GLM_ASR = "tiny-glm-asr"
 # About 4 MB: the processed features of one clip are 128 x 3000 float32 (1.5 MB) whatever its
 # length, so this holds two clips and a third evicts the oldest.
 MM_CACHE_GB = "0.004"
@@ -65,3 +69,22 @@ def special_tokens(model_dir: Path) -> dict[str, int]:
     tokenizer."""
     tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
     return {token["content"]: token["id"] for token in tokenizer["added_tokens"]}
+
+
+def model_specs(models: dict[str, Path], media_root: Path) -> dict[str, EngineSpec]:
+    """Voxtral, Audio Flamingo 3 and GLM-ASR, by served name: each with the model's own clip
+    limit and window (a 45 s clip fits `--max-model-len`), the processor cache at its default,
+    `--allowed-local-media-path` on `media_root`; Voxtral in Mistral's format and tokenizer."""
+    soundfile = json.dumps({"audio": {"audio_backend": "soundfile"}})
+    common = [
+        *("--max-model-len", "2048", "--max-num-seqs", "16"),
+        *("--max-num-batched-tokens", "4096"),
+        *("--allowed-local-media-path", str(media_root)),
+        *("--media-io-kwargs", soundfile),
+    ]
+    mistral = ["--tokenizer-mode", "mistral", "--config-format", "mistral"]
+    return {
+        VOXTRAL: EngineSpec(VOXTRAL, models["voxtral"], flags=[*common, *mistral]),
+        AUDIO_FLAMINGO3: EngineSpec(AUDIO_FLAMINGO3, models["audio-flamingo3"], flags=common),
+        GLM_ASR: EngineSpec(GLM_ASR, models["glm-asr"], flags=common),
+    }

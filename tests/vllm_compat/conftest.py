@@ -48,7 +48,7 @@ def make_vllm_chat(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | None], Vl
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.renderers.chat_utils import chat_message
 
-        from bench.vllm_frontend_cpu import ModelFreeTracker
+        from bench.vllm_frontend_cpu.run import ModelFreeTracker
 
     monkeypatch.setattr(chat_message, "AsyncMultiModalItemTracker", ModelFreeTracker)
 

@@ -39,7 +39,7 @@ with warnings.catch_warnings():  # vLLM's imports warn about the torch build; no
     from vllm.multimodal.media.audio import AudioMediaIO
     from vllm.renderers.chat_utils import chat_message
 
-from bench.vllm_frontend_cpu import ModelFreeTracker  # noqa: E402
+from bench.vllm_frontend_cpu.run import ModelFreeTracker  # noqa: E402
 from gateway.audio.samples import write_tone  # noqa: E402
 from gateway.stub_upstream import StubState  # noqa: E402
 from tests.conftest import GatewayFactory, chat_body, gateway_error, write_encoded_tone  # noqa: E402
@@ -435,13 +435,13 @@ def test_the_stubs_cache_key_follows_vllms_mm_hash() -> None:
 async def test_the_frontend_cpu_tool_decodes_data_parts_and_skips_uuid_only_ones(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, audio_dir: Path, clips: dict[str, Path]
 ) -> None:
-    """bench/vllm_frontend_cpu.py on bodies the stub recorded: vLLM decodes (and resamples)
+    """bench/vllm_frontend_cpu/ on bodies the stub recorded: vLLM decodes (and resamples)
     the clip that came as data, and loads nothing for the uuid-only parts."""
     import asyncio
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from bench.vllm_frontend_cpu import measure, read_bodies
+    from bench.vllm_frontend_cpu.run import measure, read_bodies
     from gateway.stub_upstream import create_stub_app
 
     monkeypatch.setattr(

@@ -1,0 +1,7 @@
+"""`python -m bench.workers`: see run.py."""
+
+from __future__ import annotations
+
+from bench.workers.run import main
+
+main()

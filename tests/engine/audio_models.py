@@ -1,0 +1,102 @@
+"""The audio chat models besides Qwen2-Audio that the real-engine suite serves (Voxtral, Audio
+Flamingo 3, GLM-ASR): what each does with a clip, as vLLM 0.32 does it, and one server of each
+started for a test module and stopped after it (`served_model`).
+
+A model's facts are what the tests assert: its audio placeholder and how many of them a clip of
+S seconds becomes (its own window: Voxtral pads to 30 s blocks and keeps them all, Audio
+Flamingo 3 and GLM-ASR window 30 s pieces up to 600 s / 655 s), how many clips a prompt takes,
+whether it takes uuid-only parts (a reference) and whether it serves transcriptions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engine.server import EngineServer, EngineStartError
+from tests.engine.specs import AUDIO_FLAMINGO3, GLM_ASR, VOXTRAL, model_specs, special_tokens
+
+
+def voxtral_tokens(seconds: float) -> int:
+    """375 `[AUDIO]` per started 30 s block: 12.5 frames a second, padded to 30 s."""
+    return 375 * math.ceil(seconds / 30)
+
+
+def flamingo_tokens(seconds: float) -> int:
+    """The mel frames (100 a second) halved by the encoder's convolution, then by its pooling."""
+    frames = int(seconds * 100)
+    return ((frames - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def glm_asr_tokens(seconds: float) -> int:
+    """The mel frames halved by the encoder's convolution, then merged 4 to a token."""
+    frames = int(seconds * 100)
+    return ((frames - 1) // 2 + 1 - 4) // 4 + 1
+
+
+@dataclass(frozen=True)
+class AudioModel:
+    name: str  # the served model name
+    built: str  # its key in engine.server.build_models
+    audio_token: str
+    tokens: Callable[[float], int]  # audio placeholders for a clip of that many seconds
+    clip_limit: int  # clips a prompt takes
+    references: bool  # uuid-only parts accepted
+    transcriptions: bool
+
+    def audio_token_id(self, model_dir: Path) -> int:
+        if self.name == VOXTRAL:  # tekken: a special token's rank is its id
+            ranks = json.loads((model_dir / "tekken.json").read_text())["special_tokens"]
+            rank: int = next(t["rank"] for t in ranks if t["token_str"] == self.audio_token)
+            return rank
+        return special_tokens(model_dir)[self.audio_token]
+
+
+MODELS = {
+    VOXTRAL: AudioModel(VOXTRAL, "voxtral", "[AUDIO]", voxtral_tokens, 5, False, True),
+    AUDIO_FLAMINGO3: AudioModel(
+        AUDIO_FLAMINGO3, "audio-flamingo3", "<sound>", flamingo_tokens, 1, True, False
+    ),
+    # vLLM declares no limit, but more than one clip it has not processed yet fails
+    # GlmAsrProcessor (a 400): one in practice.
+    GLM_ASR: AudioModel(GLM_ASR, "glm-asr", "<|pad|>", glm_asr_tokens, 1, True, True),
+}
+
+
+@dataclass
+class Served:
+    """One model's server, its facts, the id of its audio placeholder and the folder
+    `--allowed-local-media-path` names (each test's clips go in a folder under it)."""
+
+    model: AudioModel
+    engine: EngineServer
+    audio_token_id: int
+    media_root: Path
+
+
+def serve(
+    model: AudioModel, models: dict[str, Path], workdir: Path, venv: Path
+) -> Iterator[Served]:
+    """Start `model`'s server, yield it once healthy (a failed start fails the test with vLLM's
+    log tail), stop it after."""
+    media_root = Path(tempfile.mkdtemp(prefix=f"engine-{model.built}-")).resolve()
+    spec = model_specs(models, media_root)[model.name]
+    engine = EngineServer(spec, venv, workdir)
+    engine.start()
+    try:
+        try:
+            engine.wait_healthy()
+        except EngineStartError as error:
+            pytest.fail(str(error), pytrace=False)
+        token = model.audio_token_id(models[model.built])
+        yield Served(model, engine, token, media_root)
+    finally:
+        engine.stop()
+        shutil.rmtree(media_root, ignore_errors=True)

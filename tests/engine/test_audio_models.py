@@ -1,0 +1,217 @@
+"""Voxtral, Audio Flamingo 3 and GLM-ASR behind the gateway, each on its own real vLLM server
+(one per model for this module, started and stopped in turn): every sidechannel form and a
+`file://` content part heard whole (the model's own placeholders in vLLM's prompt token ids),
+waves of 16 seeds by reference costing one processing (vLLM's own processor cache counters), a
+45 s clip in the model's own window, a row with more clips than the model takes, a 44.1 kHz
+stereo clip normalized, and `/v1/audio/transcriptions` from a path where the model serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import gateway_metrics
+
+from .audio_models import MODELS, Served, serve
+from .helpers import (
+    BOUND_SECONDS,
+    CHAT,
+    GENERATED,
+    MAX_TOKENS,
+    MM_CACHE,
+    Client,
+    chat_body,
+    count,
+    delta,
+    engine_metrics,
+    make_gateway_client,
+    write_clip,
+)
+from .test_normalize import write_stereo
+
+pytestmark = pytest.mark.timeout(300, func_only=True)
+SEEDS = 16
+SECONDS = 2.0
+LONG_SECONDS = 45.0
+STEREO_SECONDS = 3.0  # test_normalize's clips
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def served(
+    request: pytest.FixtureRequest,
+    venv: Path,
+    tiny_models: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Served]:
+    workdir = tmp_path_factory.mktemp(request.param)
+    yield from serve(MODELS[request.param], tiny_models, workdir, venv)
+
+
+@pytest.fixture
+def clip_dir(served: Served) -> Iterator[Path]:
+    """A folder of the test's own under the server's allowed media root (the gateway's root)."""
+    path = Path(tempfile.mkdtemp(prefix="t-", dir=served.media_root))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def gateway(served: Served, clip_dir: Path) -> AsyncIterator[Client]:
+    client = await make_gateway_client(served.engine, clip_dir)
+    yield client
+    await client.close()
+
+
+def body_for(
+    served: Served, metadata: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
+    return chat_body(metadata, model=served.model.name, return_token_ids=True, **extra)
+
+
+async def heard(gateway: Client, served: Served, body: dict[str, Any]) -> int:
+    """The audio placeholders in the prompt vLLM built (a 200 asserted, MAX_TOKENS generated)."""
+    response = await asyncio.wait_for(gateway.post(CHAT, json=body), BOUND_SECONDS)
+    text = await response.text()
+    assert response.status == 200, text
+    answer = await response.json()
+    assert len(answer["choices"][0]["token_ids"]) == MAX_TOKENS
+    return count(answer["prompt_token_ids"], served.audio_token_id)
+
+
+def data_uri(path: Path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+@pytest.mark.parametrize("form", ["audio_path", "audio_paths", "audio_data"])
+async def test_every_sidechannel_form_is_heard_whole(
+    served: Served, gateway: Client, clip_dir: Path, form: str
+) -> None:
+    clips = [write_clip(clip_dir, f"c{i}.wav", SECONDS + i) for i in range(2)]
+    clips = clips[: served.model.clip_limit]
+    forms: dict[str, dict[str, Any]] = {
+        "audio_path": {"audio_path": clips[0].name},
+        "audio_paths": {"audio_paths": [clip.name for clip in clips]},
+        "audio_data": {"audio_data": data_uri(clips[0])},
+    }
+    metadata = forms[form]
+    sent = clips if form == "audio_paths" else clips[:1]
+    expected = sum(served.model.tokens(SECONDS + i) for i in range(len(sent)))
+    assert await heard(gateway, served, body_for(served, metadata)) == expected
+
+
+async def test_a_file_url_content_part_is_heard_whole(
+    served: Served, gateway: Client, clip_dir: Path
+) -> None:
+    clip = write_clip(clip_dir, "part.wav", SECONDS)
+    content = [
+        {"type": "audio_url", "audio_url": {"url": clip.as_uri()}},
+        {"type": "text", "text": "What is in the audio?"},
+    ]
+    body = body_for(served, messages=[{"role": "user", "content": content}])
+    assert await heard(gateway, served, body) == served.model.tokens(SECONDS)
+
+
+async def reference_parts(gateway: Client) -> dict[str, float]:
+    samples = await gateway_metrics(gateway)
+    names = {
+        "data": 'audio_gateway_audio_parts_total{form="data"}',
+        "reference": 'audio_gateway_audio_parts_total{form="reference"}',
+    }
+    return {short: samples.get(name, 0.0) for short, name in names.items()}
+
+
+async def test_a_wave_of_seeds_by_reference_is_one_processing(
+    served: Served, clip_dir: Path
+) -> None:
+    if not served.model.references:
+        pytest.xfail(
+            f"{served.model.name} refuses uuid-only parts with a 400 that is not a cache miss "
+            "(mistral-common validates them): the gateway relays it"
+        )
+    # A seed waits for the one carrying the clip (a 2-core engine takes longer than 100 ms).
+    splice = {"repeats": "reference", "reference_wait_ms": 30_000}
+    gateway = await make_gateway_client(served.engine, clip_dir, splice=splice)
+    try:
+        write_clip(clip_dir, "wave.wav", SECONDS)
+        engine_before, ours_before = (
+            await engine_metrics(served.engine),
+            await reference_parts(gateway),
+        )
+        body = body_for(served, {"audio_path": "wave.wav"})
+        heard_by_seed = await asyncio.gather(*(heard(gateway, served, body) for _ in range(SEEDS)))
+        engine_after, ours_after = (
+            await engine_metrics(served.engine),
+            await reference_parts(gateway),
+        )
+    finally:
+        await gateway.close()
+    assert heard_by_seed == [served.model.tokens(SECONDS)] * SEEDS
+    ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
+    assert ours == {"data": 1, "reference": SEEDS - 1}
+    queries, hits = MM_CACHE
+    assert delta(engine_before, engine_after, *MM_CACHE) == {queries: SEEDS, hits: SEEDS - 1}
+    assert delta(engine_before, engine_after, *GENERATED) == {
+        GENERATED[0]: SEEDS,
+        GENERATED[1]: SEEDS * MAX_TOKENS,
+    }
+
+
+async def test_a_45_second_clip_is_heard_in_the_models_own_window(
+    served: Served, gateway: Client, clip_dir: Path
+) -> None:
+    write_clip(clip_dir, "long.wav", LONG_SECONDS)
+    body = body_for(served, {"audio_path": "long.wav"})
+    assert await heard(gateway, served, body) == served.model.tokens(LONG_SECONDS)
+
+
+async def test_more_clips_than_the_model_takes_is_a_400(
+    served: Served, gateway: Client, clip_dir: Path
+) -> None:
+    names = [
+        write_clip(clip_dir, f"m{i}.wav", 1.0).name for i in range(served.model.clip_limit + 1)
+    ]
+    body = body_for(served, {"audio_paths": names})
+    response = await gateway.post(CHAT, json=body)
+    text = await response.text()
+    assert response.status == 400, text
+
+
+async def test_a_44khz_stereo_clip_normalized_is_heard_whole(
+    served: Served, clip_dir: Path
+) -> None:
+    write_stereo(clip_dir, "stereo44.wav", "PCM_16", "WAV")
+    gateway = await make_gateway_client(served.engine, clip_dir, normalize={"enabled": True})
+    try:
+        body = body_for(served, {"audio_path": "stereo44.wav"})
+        assert await heard(gateway, served, body) == served.model.tokens(STEREO_SECONDS)
+    finally:
+        await gateway.close()
+
+
+async def test_a_transcription_from_a_path(served: Served, gateway: Client, clip_dir: Path) -> None:
+    if not served.model.transcriptions:
+        pytest.skip(f"{served.model.name} serves no transcriptions")
+    write_clip(clip_dir, "speech.wav", SECONDS)
+    before = await engine_metrics(served.engine)
+    body = {
+        "model": served.model.name,
+        "max_completion_tokens": MAX_TOKENS,
+        "metadata": {"audio_path": "speech.wav"},
+    }
+    response = await asyncio.wait_for(
+        gateway.post("/v1/audio/transcriptions", json=body), BOUND_SECONDS
+    )
+    text = await response.text()
+    assert response.status == 200, text
+    answer = await response.json()
+    assert isinstance(answer["text"], str)
+    assert answer["usage"] == {"type": "duration", "seconds": SECONDS}
+    served_total = "vllm:request_success_total"
+    assert delta(before, await engine_metrics(served.engine), served_total) == {served_total: 1}
