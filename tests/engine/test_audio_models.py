@@ -8,7 +8,6 @@ stereo clip normalized, and `/v1/audio/transcriptions` from a path where the mod
 from __future__ import annotations
 
 import asyncio
-import base64
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -17,9 +16,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import gateway_metrics
-
-from .audio_models import MODELS, Served, serve
+from .audio_models import (
+    MODELS,
+    SECONDS,
+    SEEDS,
+    Served,
+    body_for,
+    data_uri,
+    heard,
+    serve,
+    wave,
+)
 from .helpers import (
     BOUND_SECONDS,
     CHAT,
@@ -27,8 +34,6 @@ from .helpers import (
     MAX_TOKENS,
     MM_CACHE,
     Client,
-    chat_body,
-    count,
     delta,
     engine_metrics,
     make_gateway_client,
@@ -37,8 +42,6 @@ from .helpers import (
 from .test_normalize import write_stereo
 
 pytestmark = pytest.mark.timeout(300, func_only=True)
-SEEDS = 16
-SECONDS = 2.0
 LONG_SECONDS = 45.0
 STEREO_SECONDS = 3.0  # test_normalize's clips
 UNPLACED = {"ask_upstream": False, "read_model_dirs": False}
@@ -70,26 +73,6 @@ async def gateway(served: Served, clip_dir: Path) -> AsyncIterator[Client]:
     await client.close()
 
 
-def body_for(
-    served: Served, metadata: dict[str, Any] | None = None, **extra: Any
-) -> dict[str, Any]:
-    return chat_body(metadata, model=served.model.name, return_token_ids=True, **extra)
-
-
-async def heard(gateway: Client, served: Served, body: dict[str, Any]) -> int:
-    """The audio placeholders in the prompt vLLM built (a 200 asserted, MAX_TOKENS generated)."""
-    response = await asyncio.wait_for(gateway.post(CHAT, json=body), BOUND_SECONDS)
-    text = await response.text()
-    assert response.status == 200, text
-    answer = await response.json()
-    assert len(answer["choices"][0]["token_ids"]) == MAX_TOKENS
-    return count(answer["prompt_token_ids"], served.audio_token_id)
-
-
-def data_uri(path: Path) -> str:
-    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
-
-
 @pytest.mark.parametrize("form", ["audio_path", "audio_paths", "audio_data"])
 async def test_every_sidechannel_form_is_heard_whole(
     served: Served, gateway: Client, clip_dir: Path, form: str
@@ -117,35 +100,6 @@ async def test_a_file_url_content_part_is_heard_whole(
     ]
     body = body_for(served, messages=[{"role": "user", "content": content}])
     assert await heard(gateway, served, body) == served.model.tokens(SECONDS)
-
-
-async def reference_counters(gateway: Client) -> dict[str, float]:
-    samples = await gateway_metrics(gateway)
-    names = {
-        "data": 'audio_gateway_audio_parts_total{form="data"}',
-        "reference": 'audio_gateway_audio_parts_total{form="reference"}',
-        "refused": 'audio_gateway_reference_retries_total{reason="refused"}',
-        "cache_miss": 'audio_gateway_reference_retries_total{reason="cache_miss"}',
-    }
-    return {short: samples.get(name, 0.0) for short, name in names.items()}
-
-
-async def wave(gateway: Client, served: Served, name: str) -> tuple[dict[str, float], ...]:
-    """16 concurrent seeds of a new clip, each heard whole; what they cost the gateway's
-    parts and vLLM's processor cache and generation."""
-    engine_before, ours_before = (
-        await engine_metrics(served.engine),
-        await reference_counters(gateway),
-    )
-    body = body_for(served, {"audio_path": name})
-    heard_by_seed = await asyncio.gather(*(heard(gateway, served, body) for _ in range(SEEDS)))
-    assert heard_by_seed == [served.model.tokens(SECONDS)] * SEEDS
-    engine_after, ours_after = (
-        await engine_metrics(served.engine),
-        await reference_counters(gateway),
-    )
-    ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
-    return ours, delta(engine_before, engine_after, *MM_CACHE, *GENERATED)
 
 
 async def test_waves_of_seeds_by_reference_are_one_processing_each(
