@@ -386,6 +386,12 @@ UNSUPPORTED_CASES: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "verbosity": ({"text": {"verbosity": "low"}}, "text.verbosity"),
     "text-format": ({"text": {"format": {"type": "grammar"}}}, "text.format"),
+    "text-format-key": ({"text": {"format": {"type": "text", "x": 1}}}, "text.format.x"),
+    "json-object-key": ({"text": {"format": {"type": "json_object", "x": 1}}}, "text.format.x"),
+    "json-schema-key": (
+        {"text": {"format": {"type": "json_schema", "name": "n", "schema": {}, "x": 1}}},
+        "text.format.x",
+    ),
 }
 
 

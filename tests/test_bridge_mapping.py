@@ -181,6 +181,8 @@ def test_text_format_becomes_response_format() -> None:
     chat = responses_to_chat({"input": "x", "text": {"format": {"type": "json_object"}}}).chat
     assert chat["response_format"] == {"type": "json_object"}
     assert "response_format" not in responses_to_chat({"input": "x", "text": {}}).chat
+    plain = {"format": {"type": "text", "x": None}}  # null as absent
+    assert "response_format" not in responses_to_chat({"input": "x", "text": plain}).chat
     assert responses_to_chat({"input": "x", "truncation": "auto"}).chat["truncate_prompt_tokens"]
 
 

@@ -116,6 +116,17 @@ tool = with_fields(
     defer_loading=st.booleans(),
     output_schema=st.just({"type": "object"}),
 )
+# Each format sometimes with a key of no format (`x`): carried nowhere, so refused by name.
+text_format = st.one_of(
+    with_fields({"type": "text"}, x=st.just(TEXT)),
+    with_fields({"type": "json_object"}, x=st.just(TEXT)),
+    with_fields(
+        {"type": "json_schema", "name": TEXT, "schema": {"type": "object", "title": TEXT}},
+        description=st.just(TEXT),
+        strict=st.booleans(),
+        x=st.just(TEXT),
+    ),
+)
 bodies = st.fixed_dictionaries(
     {"model": st.just("m"), "input": st.tuples(st.lists(leading_message, max_size=2), items)},
     optional={
@@ -124,7 +135,7 @@ bodies = st.fixed_dictionaries(
         "tool_choice": st.sampled_from(["auto", "none", "required"]),
         "reasoning": st.sampled_from([{"effort": "low"}, {"effort": "low", "summary": "auto"}]),
         "top_logprobs": st.integers(0, 5),
-        "text": st.sampled_from([{"verbosity": "medium"}, {"verbosity": "low"}]),
+        "text": maybe(format=text_format, verbosity=st.sampled_from(["medium", "low"])),
     },
 ).map(lambda body: {**body, "input": [*body["input"][0], *body["input"][1]]})
 

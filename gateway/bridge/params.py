@@ -3,9 +3,11 @@
 
 - `reasoning.effort` -> `reasoning_effort`; `summary`, `mode`, `context` and
   `generate_summary` are refused (chat has no such settings).
-- `text.format` -> `response_format`. `text.verbosity`: vLLM's chat request (0.32 to 0.34) has
-  no `verbosity` and ignores unknown keys, so only "medium" (the API's default) is accepted
-  and nothing is sent; "low" and "high" are refused rather than silently ignored.
+- `text.format` -> `response_format` (`text`, the default, sends none); any other key of the
+  format is refused by name, as everywhere in the body.
+- `text.verbosity`: vLLM's chat request (0.32 to 0.34) has no `verbosity` and ignores unknown
+  keys, so only "medium" (the API's default) is accepted and nothing is sent; "low" and "high"
+  are refused rather than silently ignored.
 - `top_logprobs` -> `logprobs: true` + `top_logprobs` (vLLM refuses `top_logprobs` without
   `logprobs`); `include: ["message.output_text.logprobs"]` -> `logprobs: true`. Any other
   `include` value is refused.
@@ -60,7 +62,10 @@ def _response_format(text: Any) -> dict[str, Any] | None:
         raise unsupported("text.verbosity", why)
     fmt = text.get("format")
     kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if fmt is None or kind == "text":
+    if fmt is None:
+        return None
+    if kind == "text":  # chat's default: nothing to send
+        check_keys(fmt, "text.format", ("type",))
         return None
     if kind == "json_object":
         check_keys(fmt, "text.format", ("type",))
