@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.objects.run import OBJECT_MODES
+from bench.proxies.modes import MODES
 from bench.proxies.report import write_results
 from bench.proxies.runner import run_benchmark
 from bench.shared.clients import connections_mode
-from bench.shared.modes import MODES
 from bench.shared.results import RESULTS_DIR
 from bench.shared.stub_timing import PLAIN, VLLM_LIKE
 from bench.shared.workloads import ALL_MODES, Scenario, quick_scenario, standard_scenario

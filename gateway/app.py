@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -33,6 +34,7 @@ from .chunking.fanout import PieceRuns
 from .config import Config, ConfigError
 from .errors import GatewayError, InvalidRequest, PayloadTooLarge
 from .metrics import GatewayMetrics
+from .models.placement import Placement
 from .references.body import ReferencedBody
 from .references.held import UpstreamClips
 from .references.models import ModelReferences
@@ -55,6 +57,7 @@ from .serving.refusals import refusal_response
 from .upstream.answered import answered_in_full
 from .upstream.body import SegmentedPayload
 from .upstream.content_coding import read_decoded_body
+from .upstream.model_list import fetch_model_list
 from .upstream.pool import UpstreamPool
 from .upstream.relay import (
     create_upstream_pool,
@@ -69,6 +72,7 @@ config_key = web.AppKey("config_key", Config)
 metrics_key = web.AppKey("metrics_key", GatewayMetrics)
 upstream_key = web.AppKey("upstream_key", UpstreamPool)
 pipeline_key = web.AppKey("pipeline_key", RewritePipeline)
+placement_key = web.AppKey("placement_key", Placement)
 speech_key = web.AppKey("speech_key", SpeechUploads)
 websocket_relay_key = web.AppKey("websocket_relay_key", WebSocketRelay)
 in_flight_key = web.AppKey("in_flight_key", InFlight)
@@ -108,6 +112,8 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(rewrite_pipeline)
     app.cleanup_ctx.append(websocket_relay)
 
+    # Each request's model: the [models] tables, else found ([placement]; the upstream's list).
+    app[placement_key] = placement = Placement(config, partial(_model_list, app))
     chat_shape = CHAT_INPUT_AUDIO if config.splice.chat_part == "input_audio" else CHAT_AUDIO_URL
     if (splice := config.splice).repeats == "reference":
         clips = UpstreamClips(
@@ -117,6 +123,7 @@ def create_app(config: Config) -> web.Application:
             app[metrics_key],
             miss_ratio=splice.reference_miss_ratio,
             retry_seconds=splice.reference_retry_seconds,
+            refuses_uuid_only=placement.refuses_uuid_only,  # the model's profile says so
         )
         app[reference_relay_key] = ReferenceRelay(clips, models, app[metrics_key])
         chat_shape = dataclasses.replace(chat_shape, references=True)
@@ -166,11 +173,16 @@ async def readiness(app: web.Application) -> AsyncIterator[None]:
 
 async def rewrite_pipeline(app: web.Application) -> AsyncIterator[None]:
     config = app[config_key]
-    pipeline = await build_pipeline(config, app[metrics_key])
+    pipeline = await build_pipeline(config, app[metrics_key], placement=app[placement_key])
     app[pipeline_key] = pipeline
     app[speech_key] = SpeechUploads(pipeline, config.audio, config.server.max_body_bytes)
     yield
     pipeline.close()
+
+
+async def _model_list(app: web.Application) -> Any:
+    """The upstream's /v1/models answer, for the placement (once the pool is up)."""
+    return await fetch_model_list(app[upstream_key])
 
 
 async def websocket_relay(app: web.Application) -> AsyncIterator[None]:
@@ -329,12 +341,14 @@ async def _relay(
 
 
 async def health(request: web.Request) -> web.Response:
-    store = request.app[pipeline_key].store
+    store, placement = request.app[pipeline_key].store, request.app[placement_key]
     answer: dict[str, Any] = {
         "status": "ok",
         "version": __version__,
         "upstream": request.app[config_key].upstream.url,
         "cache": {"entries": store.entries, "bytes": store.bytes},
+        # each model name with rules now: its profile, and how it was placed (gateway.models)
+        "models": {name: rules.as_json() for name, rules in placement.known().items()},
     }
     if (references := request.app.get(reference_relay_key)) is not None:
         # this worker's: each worker learns alone ([server] workers)

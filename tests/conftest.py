@@ -73,7 +73,14 @@ def stub(stub_server: TestServer) -> StubState:
 
 
 def gateway_config(upstream_url: str, audio_dir: Path, **sections: dict[str, Any]) -> Config:
-    data: dict[str, Any] = {"upstream": {"url": upstream_url}, "audio": {"root": str(audio_dir)}}
+    """The gateway's config in front of the stub: `sections` merged over the defaults. The
+    gateway does not ask the stub's /v1/models to place models (stub request counts stay
+    exact) unless a test sets `placement={"ask_upstream": True}`."""
+    data: dict[str, Any] = {
+        "upstream": {"url": upstream_url},
+        "audio": {"root": str(audio_dir)},
+        "placement": {"ask_upstream": False},
+    }
     for section, values in sections.items():
         data.setdefault(section, {}).update(values)
     return Config.model_validate(data)

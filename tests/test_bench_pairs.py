@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.pairs.run import main
-from bench.shared.modes import REPO_ROOT
+from bench.shared.servers import REPO_ROOT
 
 
 def test_two_rounds_against_the_paced_stub(capsys: pytest.CaptureFixture[str]) -> None:

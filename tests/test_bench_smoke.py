@@ -11,7 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.__main__ import build_parser, scenario_from_args
-from bench.proxies.report import evaluate_goals, render_markdown, write_results
+from bench.proxies.goals import evaluate_goals
+from bench.proxies.report import render_markdown, write_results
 from bench.proxies.runner import run_benchmark
 from bench.shared.stub_timing import PLAIN, VLLM_LIKE
 from bench.shared.workloads import Scenario, quick_scenario

@@ -11,7 +11,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import soundfile
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,6 +27,7 @@ from gateway.models.known import (
 )
 from gateway.models.placement import Placement, architecture_in_dir
 from gateway.models.profile import ModelProfile, global_profile, resolve
+from gateway.normalize.form import TargetForm, in_form
 
 VOXTRAL = "VoxtralForConditionalGeneration"
 AF3 = "AudioFlamingo3ForConditionalGeneration"
@@ -333,3 +336,44 @@ class TestPlacement:
 
     async def test_a_model_that_is_not_a_string_gets_the_global_settings(self) -> None:
         assert not (await Placement(Config()).rules(None)).placed
+
+
+class TestModelForms:
+    """The form a model's clips are loaded in (normalize.form.TargetForm.for_model)."""
+
+    @given(
+        enabled=st.booleans(),
+        channels=st.integers(0, 8),
+        rate=st.integers(8_000, 192_000),
+        stereo=st.booleans(),
+        fmt=st.sampled_from(["PCM_16", "FLOAT"]),
+    )
+    def test_rate_and_channels(
+        self, enabled: bool, channels: int, rate: int, stereo: bool, fmt: str
+    ) -> None:
+        normalize = validate_config(
+            {"normalize": {"enabled": enabled, "channels": channels, "sample_format": fmt}}
+        ).normalize
+        form = TargetForm.for_model(normalize, rate, stereo)
+        if not enabled and stereo:
+            assert form is None  # as stored, as without profiles
+            return
+        assert form is not None and form.subtype == fmt
+        assert form.channels == (channels if stereo else 1)
+        assert form.sample_rate == (rate if enabled else 0)  # off: the clip's own rate
+        assert form.any_container == (not enabled)
+
+    @pytest.mark.parametrize(
+        ("channels", "rate", "subtype", "in_mono_form"),
+        [(1, 16_000, "PCM_16", True), (1, 44_100, "FLOAT", True), (2, 16_000, "PCM_16", False)],
+    )
+    def test_mono_only_takes_any_mono_header(
+        self, tmp_path: Path, channels: int, rate: int, subtype: str, in_mono_form: bool
+    ) -> None:
+        for container in ("WAV", "FLAC") if subtype == "PCM_16" else ("WAV",):
+            path = tmp_path / f"clip.{container.lower()}"
+            soundfile.write(
+                path, np.zeros((800, channels)), rate, subtype=subtype, format=container
+            )
+            mono_only = TargetForm(0, 1, "PCM_16", any_container=True)
+            assert in_form(path.read_bytes()[:65536], mono_only) == in_mono_form

@@ -446,7 +446,7 @@ async def test_the_command_line_sets_the_cache_the_delay_and_the_body_record(
 
     import aiohttp
 
-    from bench.shared.modes import free_port
+    from bench.shared.servers import free_port
 
     port, record = free_port(), tmp_path / "bodies.jsonl"
     argv = ["--port", str(port), "--mm-processor-cache-gb", str(TWO_CLIPS_GB)]

@@ -4,5 +4,5 @@ against NeMo Skills' client-side windows and against no split at all.
 Measures wall time per row and how much of each clip the model heard. Writes
 bench/results/<date>-longform.json and .md (2026-12-03-longform.md is the committed run).
 
-May import: bench/shared/, bench/chunker/ (its long-clip writer) and the gateway.
+May import: bench/shared/ and the gateway.
 """

@@ -36,9 +36,9 @@ import aiohttp
 import numpy as np
 import soundfile
 
-from bench.chunker.run import write_long_clip
-from bench.shared.modes import ServerProcess, free_port, start
+from bench.shared.long_clips import write_long_clip
 from bench.shared.results import RESULTS_DIR
+from bench.shared.servers import ServerProcess, free_port, start
 from gateway.stub_upstream.window import parse_word
 
 RATE_HZ = 16_000

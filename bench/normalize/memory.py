@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import soundfile
 from aiohttp.test_utils import TestServer
 
 from bench.shared.procstat import MIB, status_bytes
+from bench.shared.servers import free_port
 from gateway.stub_upstream import create_stub_app
 
 RATE_HZ = 44_100
@@ -41,12 +41,6 @@ def write_clip(path: Path, minutes: float) -> None:
             for second in range(0, BLOCK_SECONDS, 3):  # 0.3 s of quiet every 3 s
                 block[int((second + 2.7) * RATE_HZ) : (second + 3) * RATE_HZ] *= 0.001
             clip.write(block)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def serve(config: Path, port: int) -> subprocess.Popen[bytes]:

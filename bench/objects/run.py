@@ -23,7 +23,7 @@ from typing import Any
 
 import boto3
 
-from bench.shared import modes
+from bench.shared import servers
 from bench.shared.points import BenchRun, summarise
 from bench.shared.s3server import LocalS3
 from bench.shared.workloads import ClipSet
@@ -80,7 +80,7 @@ def upload(endpoint: str, clipset: ClipSet) -> None:
 
 
 @contextmanager
-def object_proxy(bench: BenchRun, mode: str, endpoint: str) -> Iterator[modes.ServerProcess]:
+def object_proxy(bench: BenchRun, mode: str, endpoint: str) -> Iterator[servers.ServerProcess]:
     """The proxy of an object mode, started with the bench credentials in its environment."""
     assert bench.stub is not None
     saved = {name: os.environ.get(name) for name in BENCH_CREDENTIALS}
@@ -105,23 +105,23 @@ def object_proxy(bench: BenchRun, mode: str, endpoint: str) -> Iterator[modes.Se
 
 def start_object_gateway(
     name: str, workdir: Path, upstream: str, endpoint: str, revalidate: bool
-) -> modes.ServerProcess:
+) -> servers.ServerProcess:
     config = workdir / f"{name}.toml"
     config.write_text(
         f'[audio]\nroot = "s3://{BUCKET}/"\n'
         f'[storage.s3]\nendpoint_url = "{endpoint}"\nregion = "{REGION}"\nallow_http = true\n'
         f"revalidate = {'true' if revalidate else 'false'}\n"
     )
-    port = modes.free_port()
+    port = servers.free_port()
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
     argv += ["--log-level", "WARNING"]
-    return modes.start(modes.ServerProcess(name, argv, port, workdir))
+    return servers.start(servers.ServerProcess(name, argv, port, workdir))
 
 
-def start_seed_reference_s3(workdir: Path, upstream: str, endpoint: str) -> modes.ServerProcess:
-    port = modes.free_port()
+def start_seed_reference_s3(workdir: Path, upstream: str, endpoint: str) -> servers.ServerProcess:
+    port = servers.free_port()
     argv = [sys.executable, "-m", "bench.shared.seed_reference", "--port", str(port)]
     argv += ["--upstream", upstream, "--audio-root", "/nonexistent"]
     argv += ["--s3-endpoint", endpoint, "--s3-bucket", BUCKET, "--s3-region", REGION]
-    return modes.start(modes.ServerProcess("seed-reference-s3", argv, port, workdir))
+    return servers.start(servers.ServerProcess("seed-reference-s3", argv, port, workdir))

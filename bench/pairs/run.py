@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 
 from bench.shared import procstat
-from bench.shared.modes import REPO_ROOT, ServerProcess, free_port, start
+from bench.shared.servers import REPO_ROOT, ServerProcess, free_port, start
 from bench.shared.speech_clips import FORMS, write_clip
 from bench.shared.stub_timing import VLLM_LIKE
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -29,7 +27,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.repeats.driver import Tally, drive
-from bench.shared import modes, procstat
+from bench.repeats.frontend import frontend_cpu
+from bench.shared import procstat, servers
 from bench.shared.points import BenchRun, summarise_latencies
 from bench.shared.workloads import STEREO_SECONDS, ClipSet, make_stereo_clips
 
@@ -39,9 +38,6 @@ PHASES = ("waves", "waves-streamed", "turns")
 PREPROCESS_DELAY_MS = 20.0  # the stub's: vLLM decodes a data-carrying request before it holds it
 ROUNDS = 2  # per (phase, mode): data, reference, reference, data
 PACE_REQUESTS_PER_SECOND = 250.0  # below what data mode sustains here, so both run alike
-VLLM_PYTHON_CANDIDATES = (os.environ.get("VLLM_VENV_PYTHON", ""), "/work/venv-vllm/bin/python")
-FRONTEND_TOOL = modes.REPO_ROOT / "bench" / "vllm_frontend_cpu" / "run.py"
-FRONTEND_TIMEOUT_SECONDS = 1800
 
 
 def run_repeats(
@@ -180,27 +176,25 @@ def summarise_phase(
 
 def start_recording_stub(
     workdir: Path, audio_root: Path, bodies: Path, name: str
-) -> modes.ServerProcess:
-    port = modes.free_port()
+) -> servers.ServerProcess:
+    port = servers.free_port()
     argv = [sys.executable, "-m", "gateway.stub_upstream", "--port", str(port)]
     argv += ["--allowed-local-media-path", str(audio_root)]
     argv += ["--mm-preprocess-delay-ms", str(PREPROCESS_DELAY_MS), "--record-bodies", str(bodies)]
-    return modes.start(modes.ServerProcess(f"{name}-stub", argv, port, workdir))
+    return servers.start(servers.ServerProcess(f"{name}-stub", argv, port, workdir))
 
 
 def start_repeats_gateway(
     workdir: Path, name: str, upstream: str, audio_root: Path, mode: str, wait_ms: int | None
-) -> modes.ServerProcess:
-    config = modes.gateway_config(workdir, name, 1024**3)
+) -> servers.ServerProcess:
+    config = servers.gateway_config(workdir, name, 1024**3)
     splice = f'\n[splice]\nrepeats = "{mode}"\n'
     if wait_ms is not None:
         splice += f"reference_wait_ms = {wait_ms}\n"
     config.write_text(config.read_text() + splice)
-    port = modes.free_port()
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
-    argv += ["--audio-root", str(audio_root), "--log-level", "WARNING"]
-    return modes.start(modes.ServerProcess(name, argv, port, workdir))
+    port = servers.free_port()
+    argv = servers.gateway_argv(config, port, upstream, audio_root)
+    return servers.start(servers.ServerProcess(name, argv, port, workdir))
 
 
 def read_metrics(origin: str) -> dict[str, float]:
@@ -233,43 +227,6 @@ def body_log_size(bodies: Path) -> tuple[int, int]:
             count += 1
             size += len(line) - 1
     return count, size
-
-
-def vllm_python() -> str | None:
-    for candidate in VLLM_PYTHON_CANDIDATES:
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
-
-
-def frontend_cpu(bodies: Path) -> dict[str, Any] | None:
-    """vLLM 0.33's frontend CPU on the recorded bodies: `audio_cpu_seconds`, each body's cost
-    minus its text-only twin's (JSON parsing and request validation of the rest of a body are
-    not audio work, and a uuid-only body still pays them), and `body_cpu_seconds`, the whole
-    bodies'. None without the vllm venv or the tool."""
-    python = vllm_python()
-    if python is None or not FRONTEND_TOOL.is_file():
-        return None
-    report = _run_frontend_tool(python, bodies)
-    if "error" in report:
-        return {"error": report["error"], "audio_cpu_seconds": None}
-    return {**report, "body_cpu_seconds": report.get("frontend_cpu_seconds")}
-
-
-def _run_frontend_tool(python: str, bodies: Path) -> dict[str, Any]:
-    command = [python, "-m", "bench.vllm_frontend_cpu", str(bodies)]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=FRONTEND_TIMEOUT_SECONDS,
-        check=False,
-        cwd=modes.REPO_ROOT,
-    )
-    if done.returncode != 0:
-        return {"error": done.stderr[-2000:], "audio_cpu_seconds": float("nan")}
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
 
 
 # --- standalone: `python -m bench.repeats` -----------------------------------------------------
@@ -310,8 +267,8 @@ class _StandaloneBench:
         self.workdir = workdir
         self.audio_root = workdir / "audio"
         self.audio_root.mkdir()
-        self.stub: modes.ServerProcess | None = None
-        self.servers: dict[str, modes.ServerProcess | None] = {}
+        self.stub: servers.ServerProcess | None = None
+        self.servers: dict[str, servers.ServerProcess | None] = {}
         self.loadgens: list[Any] = []
 
     def step(self, label: str) -> None:

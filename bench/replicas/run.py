@@ -32,9 +32,9 @@ import aiohttp
 
 from bench.replicas.counts import Reading, gateway_counts, replica_counts
 from bench.shared import procstat
-from bench.shared.modes import ServerProcess, free_port, start
 from bench.shared.real_engine import ENGINE_FLAGS, MODEL, SEEDS, chat_body
 from bench.shared.results import RESULTS_DIR
+from bench.shared.servers import ServerProcess, free_port, start
 from bench.shared.speech_clips import FORMS, write_clip
 from engine.router import RECOVERY_FLAGS, RouterServer, router_venv
 from engine.server import EngineServer, EngineSpec, build_models, engine_venv

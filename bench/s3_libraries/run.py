@@ -20,7 +20,7 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 
-from bench.shared.modes import free_port
+from bench.shared.servers import free_port
 
 SMALL_BYTES, SMALL_OBJECTS, SMALL_REQUESTS = 56_000, 50, 1000
 BIG_BYTES = 64 * 1024 * 1024

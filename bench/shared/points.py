@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.shared import modes, procstat
+from bench.shared import procstat, servers
 from bench.shared.loadgen import LoadGeneratorProcess
 from bench.shared.workloads import ClipSet
 
@@ -16,8 +16,8 @@ class BenchRun(Protocol):
 
     workdir: Path
     audio_root: Path
-    stub: modes.ServerProcess | None
-    servers: dict[str, modes.ServerProcess | None]
+    stub: servers.ServerProcess | None
+    servers: dict[str, servers.ServerProcess | None]
     loadgens: list[LoadGeneratorProcess]
 
     def step(self, label: str) -> None: ...

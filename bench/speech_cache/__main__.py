@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from bench.speech_cache.run import main
 
-sys.exit(main())
+main()

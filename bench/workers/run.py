@@ -24,8 +24,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.shared import modes, procstat
+from bench.shared import procstat
 from bench.shared.loadgen import LoadGeneratorProcess
+from bench.shared.servers import (
+    ServerProcess,
+    free_port,
+    gateway_argv,
+    gateway_config,
+    start,
+    start_stub,
+)
 from bench.shared.workloads import WORKLOAD_A, ClipSet, make_clips
 
 # Few enough clips that every worker's cache holds them all after the warm-up: each worker has
@@ -37,17 +45,17 @@ READY_SECONDS = 60.0
 FORM = "path"
 
 
-def start_gateway(workers: int, workdir: Path, stub: modes.ServerProcess) -> modes.ServerProcess:
-    port = modes.free_port()
-    config = modes.gateway_config(workdir, f"workers-{workers}", 1024**3)
+def start_gateway(workers: int, workdir: Path, stub: ServerProcess) -> ServerProcess:
+    port = free_port()
+    config = gateway_config(workdir, f"workers-{workers}", 1024**3)
     config.write_text(config.read_text().replace("[server]\n", f"[server]\nworkers = {workers}\n"))
-    argv = modes.gateway_argv(config, port, stub.url, workdir / "audio")
-    server = modes.start(modes.ServerProcess(f"gateway-{workers}w", argv, port, workdir))
+    argv = gateway_argv(config, port, stub.url, workdir / "audio")
+    server = start(ServerProcess(f"gateway-{workers}w", argv, port, workdir))
     wait_ready(server)
     return server
 
 
-def wait_ready(server: modes.ServerProcess) -> None:
+def wait_ready(server: ServerProcess) -> None:
     """Until `/gateway/ready` says 200: every worker serves."""
     deadline = time.monotonic() + READY_SECONDS
     while True:
@@ -69,7 +77,7 @@ def drive(loadgen: LoadGeneratorProcess, url: str, concurrency: int, requests: i
 
 
 def measure(
-    server: modes.ServerProcess, loadgen: LoadGeneratorProcess, concurrency: int, requests: int
+    server: ServerProcess, loadgen: LoadGeneratorProcess, concurrency: int, requests: int
 ) -> dict[str, float]:
     """One timed point: req/s, and CPU seconds of the gateway's processes and of the machine."""
     tree = procstat.process_tree(server.popen.pid)
@@ -90,9 +98,9 @@ def measure(
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[int, list[dict[str, float]]]:
     clipset: ClipSet = make_clips(WORKLOAD, workdir / "audio")
-    stub = modes.start_stub(workdir, workdir / "audio")
+    stub = start_stub(workdir, workdir / "audio")
     loadgen = LoadGeneratorProcess(workdir / "loadgen.log")
-    servers: dict[int, modes.ServerProcess] = {}
+    servers: dict[int, ServerProcess] = {}
     try:
         loadgen.call({"op": "load", "key": "a", **clipset.to_json()})
         loadgen.call({"op": "prepare", "key": "a", "form": FORM})

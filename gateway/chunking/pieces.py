@@ -108,41 +108,36 @@ class Chunker:
         self._store = store
         self._max_seconds = audio.max_duration_seconds
         self._max_decode_bytes = audio.max_decode_bytes
-        # Everything that changes where or how pieces are cut (not `join`, not concurrency).
-        self._settings = (
-            "chunks",
-            config.threshold_seconds,
-            config.max_chunk_seconds,
-            config.min_tail_seconds,
-            config.split,
-            config.quiet_search_seconds,
-        )
         self._inflight: dict[Hashable, asyncio.Task[ClipPieces | None]] = {}
         self._threads = ThreadPoolExecutor(CUT_THREADS, thread_name_prefix="chunking")
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
-    async def split(self, clip: LoadedClip) -> ClipPieces | None:
-        """The clip's pieces, or None when it is not longer than `threshold_seconds`.
+    async def split(
+        self, clip: LoadedClip, config: ChunkingConfig | None = None
+    ) -> ClipPieces | None:
+        """The clip's pieces, or None when it is not longer than `threshold_seconds` (of
+        `config`: the model's cuts; by default this chunker's own).
 
         Raises 400 `cannot_chunk_audio` for a clip that cannot be decoded when its length must
         be known, 413 `audio_too_long` / `audio_decode_too_large` for a decoded length over
         `audio.max_duration_seconds` / `audio.max_decode_bytes`."""
+        config = config or self.config
         header = _header(clip)
-        if header is not None and header.seconds <= self.config.threshold_seconds:
+        if header is not None and header.seconds <= config.threshold_seconds:
             return None  # the header says so: no decoding, no thread
         # 16-bit PCM at the least: pieces this large would not be kept, so none are held.
         if header is not None and header.frames * header.channels * 2 > self._store.max_item_bytes:
-            return await self._guarded(clip, self._cut_on_demand(clip))
+            return await self._guarded(clip, self._cut_on_demand(clip, config))
         # ("chunks", settings..., content): never the shape of the store's own (content, raw)
-        key = (*self._settings, await _content_key(clip))
+        key = (*_settings(config), await _content_key(clip))
         found = self._cached(key)
         if found is not None:
             return found or None
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.create_task(self._cut_and_keep(key, clip))
+            task = asyncio.create_task(self._cut_and_keep(key, clip, config))
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._forget(key, done))
         # shield: a cancelled requester must not cancel the cut the others wait on.
@@ -158,11 +153,11 @@ class Chunker:
         except DecodedTooLong as exc:
             raise _too_long(clip, exc) from None
 
-    async def _cut_on_demand(self, clip: LoadedClip) -> ClipPieces | None:
+    async def _cut_on_demand(self, clip: LoadedClip, config: ChunkingConfig) -> ClipPieces | None:
         """The cuts only; each piece is read from the clip's file when it is sent."""
         clip_file = await open_clip_file(clip)
         try:
-            cut = await self._cut(clip_file, keep_data=False)
+            cut = await self._cut(clip_file, config, keep_data=False)
         except BaseException:
             await asyncio.to_thread(clip_file.close)
             raise
@@ -178,13 +173,15 @@ class Chunker:
         )
         return ClipPieces(pieces, cut.frames / rate, clip_file.close)
 
-    async def _cut(self, clip_file: ClipFile, *, keep_data: bool = True) -> CutClip:
+    async def _cut(
+        self, clip_file: ClipFile, config: ChunkingConfig, *, keep_data: bool = True
+    ) -> CutClip:
         return await asyncio.get_running_loop().run_in_executor(
             self._threads,
             partial(
                 cut_clip,
                 clip_file.file,
-                self.config,
+                config,
                 max_seconds=self._max_seconds,
                 max_decode_bytes=self._max_decode_bytes,
                 keep_data=keep_data,
@@ -203,10 +200,12 @@ class Chunker:
             return None
         return ClipPieces(tuple(pieces), outline.duration_seconds)  # type: ignore[arg-type]
 
-    async def _cut_and_keep(self, key: tuple[Hashable, ...], clip: LoadedClip) -> ClipPieces | None:
+    async def _cut_and_keep(
+        self, key: tuple[Hashable, ...], clip: LoadedClip, config: ChunkingConfig
+    ) -> ClipPieces | None:
         clip_file = await open_clip_file(clip)
         try:
-            cut = await self._cut(clip_file)
+            cut = await self._cut(clip_file, config)
         finally:
             await asyncio.to_thread(clip_file.close)
         result = _pieces(cut)
@@ -226,6 +225,18 @@ class Chunker:
         self._inflight.pop(key, None)
         if not task.cancelled():
             task.exception()  # retrieved, so a cut nobody awaits any more is not logged
+
+
+def _settings(config: ChunkingConfig) -> tuple[Hashable, ...]:
+    """Everything that changes where or how pieces are cut (not `join`, not concurrency)."""
+    return (
+        "chunks",
+        config.threshold_seconds,
+        config.max_chunk_seconds,
+        config.min_tail_seconds,
+        config.split,
+        config.quiet_search_seconds,
+    )
 
 
 def _pieces(cut: CutClip) -> ClipPieces | None:

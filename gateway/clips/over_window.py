@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 from ..metrics import GatewayMetrics
 from ..naming.sidechannel import InlineAudio
@@ -23,6 +24,14 @@ log = logging.getLogger("gateway.over_window")  # the name the docs give
 REMEMBERED_CLIPS = 4096  # identities already logged; a forgotten one is logged again
 
 
+@dataclass(frozen=True, slots=True)
+class ModelWindow:
+    """The longest clip a model hears whole (None: any), and where that number comes from."""
+
+    seconds: float | None
+    source: str = "[chunking] threshold_seconds"
+
+
 class OverWindowWatch:
     """Counts and logs clips over `threshold_seconds` that go upstream whole."""
 
@@ -31,15 +40,19 @@ class OverWindowWatch:
         self._counter = metrics.clips_over_window
         self._logged: dict[Hashable, None] = {}  # insertion-ordered: the oldest first
 
-    def see(self, clips: Sequence[LoadedClip]) -> None:
-        """Called with every clip of a request that goes upstream unsplit."""
+    def see(self, clips: Sequence[LoadedClip], window: ModelWindow | None = None) -> None:
+        """Called with every clip of a request that goes upstream unsplit; `window` is the
+        model's (by default `threshold_seconds`)."""
+        window = window or ModelWindow(self.threshold_seconds)
+        if window.seconds is None:
+            return  # the model hears clips of any length whole
         for clip in clips:
             header = clip_header(clip)
-            if header is not None and header.seconds > self.threshold_seconds:
+            if header is not None and header.seconds > window.seconds:
                 self._counter.inc()
-                self._log_once(clip, header.seconds)
+                self._log_once(clip, header.seconds, window)
 
-    def _log_once(self, clip: LoadedClip, seconds: float) -> None:
+    def _log_once(self, clip: LoadedClip, seconds: float, window: ModelWindow) -> None:
         identity = _identity(clip)
         if identity in self._logged:
             return
@@ -49,14 +62,14 @@ class OverWindowWatch:
         label, given, _ = clip_names(clip)
         named = label if isinstance(clip, InlineAudio) else f"{label} {given!r}"
         log.warning(
-            "%s is %.1f s of audio, longer than [chunking] threshold_seconds (%g s, the model's "
-            "window), and was sent whole because [chunking] enabled = false: the model may hear "
-            "only its first window or refuse it. Set [chunking] enabled = true to split such "
-            "clips and merge the answers (logged once per clip; counted in "
-            "audio_gateway_clips_over_window_total)",
+            "%s is %.1f s of audio, longer than %s (%g s, the model's window), and was sent "
+            "whole because [chunking] enabled = false: the model may hear only its first window "
+            "or refuse it. Set [chunking] enabled = true to split such clips and merge the "
+            "answers (logged once per clip; counted in audio_gateway_clips_over_window_total)",
             named,
             seconds,
-            self.threshold_seconds,
+            window.source,
+            window.seconds,
         )
 
 

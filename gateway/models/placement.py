@@ -94,6 +94,12 @@ class Placement:
             log.debug("model %r: not placed yet; this request gets the global settings", name)
             return resolve(name, self._config, None, PROFILES)
 
+    def refuses_uuid_only(self, name: str) -> bool:
+        """Whether model `name`'s profile (configured, or found for an earlier request) says
+        it takes no uuid-only parts: the reference relay sends its clips with data."""
+        rules = self._configured.get(name) or self._kept_rules(name)
+        return rules is not None and not rules.profile.accepts_uuid_only_parts
+
     def _kept_rules(self, name: str) -> ModelRules | None:
         kept = self._kept.get(name)
         if kept is None:

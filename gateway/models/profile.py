@@ -56,6 +56,7 @@ class ModelRules:
     placed_by: str
     profile: ModelProfile
     piece_seconds: float | None
+    overrides: frozenset[str] = frozenset()  # the profile values the operator replaced
 
     @property
     def placed(self) -> bool:
@@ -65,6 +66,7 @@ class ModelRules:
         return {
             "architecture": self.architecture or None,
             "placed_by": self.placed_by or None,
+            "overrides": sorted(self.overrides),
             **self.profile.as_json(),
         }
 
@@ -117,4 +119,4 @@ def resolve(
     pieces = profile.max_clip_seconds
     if not architecture and "max_clip_seconds" not in overrides:
         pieces = config.chunking.max_chunk_seconds
-    return ModelRules(name, architecture, placed_by, profile, pieces)
+    return ModelRules(name, architecture, placed_by, profile, pieces, frozenset(overrides))

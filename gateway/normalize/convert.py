@@ -62,7 +62,7 @@ def _convert(
     source: soundfile.SoundFile, form: TargetForm, out: IO[bytes], max_seconds: float
 ) -> Converted:
     channels = form.channels_for(source.channels)
-    rate = form.sample_rate
+    rate = form.rate_for(source.samplerate)
     resampler = None
     if source.samplerate != rate:
         resampler = soxr.ResampleStream(

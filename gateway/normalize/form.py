@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..audio.durations import read_header
 from ..config import NormalizeConfig
 
 WAVE_FORMAT_PCM = 1
@@ -15,18 +16,36 @@ _WAV_TAGS = {"PCM_16": (WAVE_FORMAT_PCM, 16), "FLOAT": (WAVE_FORMAT_IEEE_FLOAT, 
 
 @dataclass(frozen=True, slots=True)
 class TargetForm:
-    """`channels` 0 keeps each clip's own count; `subtype` is libsndfile's name."""
+    """`channels` 0 keeps each clip's own count, `sample_rate` 0 its own rate; `subtype` is
+    libsndfile's name. `any_container`: a clip whose header (WAV, FLAC) already says the rate
+    and channel count is in form, whatever its container and sample format (a model that only
+    needs mono clips, with `[normalize]` off)."""
 
     sample_rate: int
     channels: int
     subtype: str
+    any_container: bool = False
 
     @classmethod
     def of(cls, config: NormalizeConfig) -> TargetForm:
         return cls(config.sample_rate, config.channels, config.sample_format)
 
+    @classmethod
+    def for_model(
+        cls, config: NormalizeConfig, sample_rate: int, accepts_stereo: bool
+    ) -> TargetForm | None:
+        """The form a model's clips go in: with `[normalize]` on, its rate (and mono where it
+        refuses stereo); off, mono only where it refuses stereo (else None: as stored)."""
+        if config.enabled:
+            channels = config.channels if accepts_stereo else 1
+            return cls(sample_rate, channels, config.sample_format)
+        return None if accepts_stereo else cls(0, 1, config.sample_format, any_container=True)
+
     def channels_for(self, source_channels: int) -> int:
         return self.channels or source_channels
+
+    def rate_for(self, source_rate: int) -> int:
+        return self.sample_rate or source_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +80,22 @@ def wav_format(head: bytes) -> WavFormat | None:
 
 
 def in_form(head: bytes, form: TargetForm) -> bool:
-    """Whether a clip starting with `head` is a WAV in `form` already (sent as it is).
+    """Whether a clip starting with `head` is a WAV in `form` already (sent as it is), or,
+    for a form of `any_container`, any clip whose header says its rate and channels fit.
     WAVE_FORMAT_EXTENSIBLE headers are not: they are rewritten as plain PCM or float."""
+    if form.any_container:
+        header = read_header(head)
+        return header is not None and _fits(header.channels, header.sample_rate, form)
     return format_in_form(wav_format(head), form)
+
+
+def _fits(channels: int, sample_rate: int, form: TargetForm) -> bool:
+    return form.channels in (0, channels) and form.sample_rate in (0, sample_rate)
 
 
 def format_in_form(found: WavFormat | None, form: TargetForm) -> bool:
     """`in_form`, from what `wav_format` found (None: not a WAV, so not in form)."""
     if found is None:
         return False
-    channels_match = form.channels in (0, found.channels)
     kind = (found.tag, found.bits) == _WAV_TAGS[form.subtype]
-    return kind and channels_match and found.sample_rate == form.sample_rate
+    return kind and _fits(found.channels, found.sample_rate, form)

@@ -57,15 +57,18 @@ class Normalizer:
         self._metrics = metrics
         self._threads = ThreadPoolExecutor(CONVERT_THREADS, thread_name_prefix="normalize")
 
-    def wrap(self, source: AudioSource) -> NormalizedSource:
-        return NormalizedSource(source, self)
+    def wrap(self, source: AudioSource, form: TargetForm | None = None) -> NormalizedSource:
+        """`source` seen in `form` (by default `[normalize]`'s own)."""
+        return NormalizedSource(source, self, form or self.form)
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
-    async def encoded(self, source: AudioSource, mime: str, *, raw: bool) -> EncodedAudio:
+    async def encoded(
+        self, source: AudioSource, mime: str, form: TargetForm, *, raw: bool
+    ) -> EncodedAudio:
         """The converted clip whole: its base64 in pieces (with `raw`, its bytes) and sha256."""
-        spool = await self._converted(source, mime)
+        spool = await self._converted(source, mime, form)
         try:
             pieces, sha256 = await asyncio.to_thread(_read_spool, spool.file, raw)
         finally:
@@ -73,11 +76,11 @@ class Normalizer:
         return EncodedAudio(NORMALIZED_MIME, pieces, sha256, spool.header, converted=True)
 
     async def streamed(
-        self, source: AudioSource, mime: str, *, digest: bool, raw: bool
+        self, source: AudioSource, mime: str, form: TargetForm, *, digest: bool, raw: bool
     ) -> StreamedAudio:
         """The converted clip as a stream of base64 (with `raw`, its bytes), read from its
         spooled file while it is sent."""
-        spool = await self._converted(source, mime)
+        spool = await self._converted(source, mime, form)
         try:
             sha256 = await asyncio.to_thread(_hash_spool, spool.file) if digest else None
         except BaseException:
@@ -85,7 +88,7 @@ class Normalizer:
             raise
         return StreamedSpool(spool, sha256, raw=raw)
 
-    async def _converted(self, source: AudioSource, mime: str) -> Spool:
+    async def _converted(self, source: AudioSource, mime: str, form: TargetForm) -> Spool:
         from .convert import TooLong, Undecodable, convert  # numpy, libsndfile, soxr: on use
 
         clip_file = await open_source_file(source)
@@ -93,7 +96,7 @@ class Normalizer:
         # Not a `with`: the spool outlives this call (closed by whoever reads it, or below).
         out = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
         try:
-            work = partial(convert, clip_file.file, self.form, out, max_seconds=self._max_seconds)
+            work = partial(convert, clip_file.file, form, out, max_seconds=self._max_seconds)
             done = await self._converting(work)
             size = await asyncio.to_thread(_rewind, out)
         except Undecodable as exc:
@@ -123,6 +126,7 @@ class NormalizedSource:
 
     inner: AudioSource
     normalizer: Normalizer
+    form: TargetForm
 
     @property
     def ref(self) -> PathAudio:
@@ -130,15 +134,15 @@ class NormalizedSource:
 
     @property
     def cache_key(self) -> Hashable:
-        return ("normalized", self.normalizer.form, self.inner.cache_key)
+        return ("normalized", self.form, self.inner.cache_key)
 
     @property
     def identity(self) -> Hashable:
-        return ("normalized", self.normalizer.form, self.inner.identity)
+        return ("normalized", self.form, self.inner.identity)
 
     @property
     def key_identity(self) -> Hashable:
-        return ("normalized", self.normalizer.form, self.inner.key_identity)
+        return ("normalized", self.form, self.inner.key_identity)
 
     @property
     def size(self) -> int:
@@ -154,13 +158,13 @@ class NormalizedSource:
         mime = await self._mime_if_converted()
         if mime is None:
             return await self.inner.load(encode=encode, digest=digest, raw=raw)
-        return await self.normalizer.encoded(self.inner, mime, raw=raw)
+        return await self.normalizer.encoded(self.inner, mime, self.form, raw=raw)
 
     async def open_stream(self, *, digest: bool, raw: bool = False) -> StreamedAudio:
         mime = await self._mime_if_converted()
         if mime is None:
             return await self.inner.open_stream(digest=digest, raw=raw)
-        return await self.normalizer.streamed(self.inner, mime, digest=digest, raw=raw)
+        return await self.normalizer.streamed(self.inner, mime, self.form, digest=digest, raw=raw)
 
     async def read_head(self, nbytes: int) -> bytes:
         """The stored clip's first bytes (not the converted WAV's)."""
@@ -179,7 +183,7 @@ class NormalizedSource:
         mime = checked_mime(
             head[:SNIFF_BYTES], ref.claimed_mime, label=ref.label, given=ref.given, param=ref.param
         )
-        return None if in_form(head, self.normalizer.form) else mime
+        return None if in_form(head, self.form) else mime
 
 
 def as_sent(source: AudioSource, audio: EncodedAudio | StreamedAudio) -> AudioSource:

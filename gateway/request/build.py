@@ -11,16 +11,22 @@ from ..audio.sources.objects import object_sources
 from ..clips.over_window import OverWindowWatch
 from ..config import CacheConfig, Config
 from ..metrics import GatewayMetrics
+from ..models.placement import Placement
 from ..naming.sidechannel import SidechannelKeys
 from ..normalize.source import Normalizer
+from .model_rules import ModelSettings
 from .pipeline import RewritePipeline
 
 
 async def build_pipeline(
-    config: Config, metrics: GatewayMetrics, cache: CacheConfig | None = None
+    config: Config,
+    metrics: GatewayMetrics,
+    cache: CacheConfig | None = None,
+    placement: Placement | None = None,
 ) -> RewritePipeline:
     """The pipeline of `config`: path policy, object sources, store and splice, as `serve` and
-    the dataset tools both use it (`cache` overrides `config.cache`). Close its resolver."""
+    the dataset tools both use it (`cache` overrides `config.cache`; `placement` finds each
+    request's model, by default from the `[models]` tables only). Close its resolver."""
     policy = await asyncio.to_thread(PathPolicy.from_config, config.audio)
     references = config.splice.repeats == "reference"
     keyed = bool(config.routing.affinity_headers)
@@ -41,9 +47,9 @@ async def build_pipeline(
         chunker = Chunker(config.chunking, store, config.audio)
     else:
         over_window = OverWindowWatch(config.chunking.threshold_seconds, metrics)
-    normalizer = None
-    if config.normalize.enabled:
-        normalizer = Normalizer(config.normalize, config.audio, metrics)
+    # Always there: a model that refuses stereo gets mono clips with [normalize] off too.
+    normalizer = Normalizer(config.normalize, config.audio, metrics)
+    models = ModelSettings(placement or Placement(config), config.normalize)
     parts = config.content_part_roots()
     return RewritePipeline(
         config.splice,
@@ -58,4 +64,5 @@ async def build_pipeline(
         parts=parts,
         metrics=metrics,
         keyed=keyed,
+        models=models,
     )

@@ -18,6 +18,7 @@ from ..audio.sources.local import LocalClip
 from ..audio.sources.objects import ObjectClip, ObjectSources
 from ..clips.loaded import LoadedClip, PathClip, close_streams
 from ..naming.sidechannel import InlineAudio, PathAudio
+from ..normalize.form import TargetForm
 from ..normalize.source import Normalizer, as_sent
 
 
@@ -29,32 +30,41 @@ class ClipLoader:
         resolver: BatchedResolver,
         store: AudioStore,
         objects: ObjectSources | None,
-        normalizer: Normalizer | None,
+        normalizer: Normalizer,
         *,
         file_urls: bool,
+        default_form: TargetForm | None = None,
     ):
         self.resolver = resolver
         self.store = store
         self.objects = objects
         self.normalizer = normalizer
         self.file_urls = file_urls
+        self.default_form = default_form  # [normalize]'s, where no model says otherwise
 
     async def load(
-        self, refs: Sequence[InlineAudio | PathAudio], *, presigned: bool
+        self,
+        refs: Sequence[InlineAudio | PathAudio],
+        *,
+        presigned: bool,
+        form: TargetForm | None,
     ) -> list[LoadedClip]:
         """The audio of every clip, in order: inline clips as they are, every path checked by
-        its kind's policy, then read or cached (objects as URLs with `presigned`)."""
+        its kind's policy, seen in `form` (None: as stored), then read or cached (objects as
+        URLs with `presigned`)."""
         paths = [ref for ref in refs if isinstance(ref, PathAudio)]
         if not paths:
             return list(refs)  # type: ignore[arg-type]  # all InlineAudio
-        loaded = await self._load_paths(paths, presigned)
+        loaded = await self._load_paths(paths, presigned, form)
         if len(paths) == len(refs):
             return loaded
         read = iter(loaded)
         return [next(read) if isinstance(ref, PathAudio) else ref for ref in refs]
 
-    async def _load_paths(self, refs: list[PathAudio], presigned: bool) -> list[LoadedClip]:
-        sources = await self.sources(refs, presigned=presigned)
+    async def _load_paths(
+        self, refs: list[PathAudio], presigned: bool, form: TargetForm | None
+    ) -> list[LoadedClip]:
+        sources = await self.sources(refs, presigned=presigned, form=form)
         if len(sources) == 1:
             return [await self._loaded(sources[0])]
         results = await asyncio.gather(*map(self._loaded, sources), return_exceptions=True)
@@ -65,13 +75,15 @@ class ClipLoader:
             raise failure
         return loaded
 
-    async def sources(self, refs: Sequence[PathAudio], *, presigned: bool) -> list[AudioSource]:
-        """The checked sources of `refs` (`_checked_sources`), seen through [normalize] when
-        it is on."""
+    async def sources(
+        self, refs: Sequence[PathAudio], *, presigned: bool, form: TargetForm | None
+    ) -> list[AudioSource]:
+        """The checked sources of `refs` (`_checked_sources`), seen in `form` (the model's:
+        [normalize], or mono for a model that refuses stereo; None: as they are)."""
         found = await self._checked_sources(refs, presigned=presigned)
-        if self.normalizer is None:
+        if form is None:
             return found
-        return [self.normalizer.wrap(source) for source in found]
+        return [self.normalizer.wrap(source, form) for source in found]
 
     async def _checked_sources(
         self, refs: Sequence[PathAudio], *, presigned: bool
@@ -107,7 +119,7 @@ class ClipLoader:
     async def load_raw(self, ref: PathAudio) -> PathClip:
         """One path's clip as its bytes, never base64 nor a URL (a speech-to-text upload):
         checked, seen through [normalize], read or cached (or streamed) as `load` does."""
-        source = (await self.sources([ref], presigned=False))[0]
+        source = (await self.sources([ref], presigned=False, form=self.default_form))[0]
         return await self._loaded(source, raw=True)
 
     async def _loaded(self, source: AudioSource, *, raw: bool = False) -> PathClip:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..chunking.bodies import ChunkedRequest, MakePart, chunked_request
 from ..chunking.refusals import refuse_unmergeable
 from ..clips.loaded import LoadedClip, clip_names, piece_key
+from ..config import ChunkingConfig
 from ..naming.content_parts import Place
 from ..naming.formats import input_audio_format
 from ..splice import Part, splice_in_place
@@ -27,12 +28,14 @@ async def split_long_clip(
     *,
     part: MakePart,
     keyed: bool,
+    cuts: ChunkingConfig | None = None,
 ) -> ChunkedRequest | None:
     """The clip's pieces as one body each, or None when it is not long enough to split;
     400 `chunking_unsupported` for a request whose answers cannot be merged. A clip from
     a content part (at `place`) has each piece where the part stood. `part` makes a piece's
-    audio part; `keyed`: bodies carry their clips' key."""
-    found = await chunker.split(clip)
+    audio part; `keyed`: bodies carry their clips' key; `cuts`: where the model's clips are cut
+    (by default the chunker's own `[chunking]`)."""
+    found = await chunker.split(clip, cuts)
     if found is None:
         return None
     try:

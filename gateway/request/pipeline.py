@@ -30,8 +30,9 @@ from ..clips.loaded import (
     referable,
 )
 from ..clips.over_window import OverWindowWatch
-from ..config import AudioConfig, SpliceConfig
+from ..config import AudioConfig, Config, NormalizeConfig, SpliceConfig
 from ..metrics import GatewayMetrics
+from ..models.placement import Placement
 from ..naming.content_parts import PartClip, PartRoots, Place, check_clip_count, part_clips
 from ..naming.sidechannel import (
     DEFAULT_KEYS,
@@ -42,12 +43,14 @@ from ..naming.sidechannel import (
     SidechannelKeys,
     strip_sidechannel,
 )
+from ..normalize.form import TargetForm
 from ..normalize.source import Normalizer
 from ..references.body import ReferencedBody
 from ..splice import Part, splice_clips
 from ..upstream.body import Placeholders, SegmentedPayload
 from .loading import ClipLoader
 from .long_audio import split_long_clip
+from .model_rules import ModelSettings
 from .parts import audio_part
 from .shapes import RouteShape, parse_json_object
 
@@ -72,7 +75,11 @@ class RewritePipeline:
         parts: PartRoots | None = None,
         metrics: GatewayMetrics | None = None,
         keyed: bool = False,
+        models: ModelSettings | None = None,
     ):
+        """`models`: each request's model's profile; by default the operator's `[models]`
+        tables only (nothing is looked up). `normalizer` converts the clips a model needs in
+        another form (`[normalize]`, or mono for one that refuses stereo)."""
         self.config = config
         self.keyed = keyed  # bodies carry their clips' key ([routing] affinity_headers)
         # Inline audio's sha256 is wanted (key, uuid): its check hashes it, one decode for both.
@@ -93,9 +100,18 @@ class RewritePipeline:
         self.presigned = config.remote == "presigned_url"
         self.chunker = chunker  # None unless [chunking] is enabled
         self.over_window = over_window  # with [chunking] off: long clips sent whole, told
-        self.normalizer = normalizer  # None unless [normalize] is enabled
+        self.normalizer = normalizer or Normalizer(
+            NormalizeConfig(), audio, metrics or GatewayMetrics()
+        )
+        self.models = models or ModelSettings(Placement(Config()), NormalizeConfig())
+        normalize = self.models.normalize
         self.loader = ClipLoader(
-            self.resolver, store, objects, normalizer, file_urls=self.file_urls
+            self.resolver,
+            store,
+            objects,
+            self.normalizer,
+            file_urls=self.file_urls,
+            default_form=TargetForm.of(normalize) if normalize.enabled else None,
         )
         self._legacy_key_logged = False
 
@@ -104,8 +120,7 @@ class RewritePipeline:
         self.resolver.close()
         if self.chunker is not None:
             self.chunker.close()
-        if self.normalizer is not None:
-            self.normalizer.close()
+        self.normalizer.close()
 
     @overload
     async def rewrite(
@@ -154,15 +169,21 @@ class RewritePipeline:
         own = client_digests(body.get(shape.items), in_parts) if shape.references else None
         if sidechannel is None and not in_parts:
             inline_only = own and inline_body(body, body.get(shape.items), own, keyed=self.keyed)
+            if inline_only:
+                await self.models.rules(body)  # placed before the relay asks whether it may
             return inline_only or raw
+        rules = await self.models.rules(body)
         refs = self._take(body, sidechannel, in_parts)
-        clips = await self._load(refs, shape)
+        params = [ref.param for ref in refs]
+        self.models.check_clips(rules, params, body.get(shape.items), in_parts)
+        clips = await self._load(refs, shape, self.models.form(rules))
         if self.metrics is not None:
             self.metrics.count_clips(len(refs) - len(in_parts), len(in_parts))
         try:
             for clip in clips:
                 check_clip_limits(clip, self.max_duration_seconds, self.max_decode_bytes)
-            if split and self.chunker is not None and shape.chunkable and len(clips) == 1:
+            cuts = self.models.cuts(rules, self.chunker.config) if self.chunker else None
+            if split and self.chunker and cuts and shape.chunkable and len(clips) == 1:
                 place = in_parts[0].place if in_parts else None
                 chunked = await split_long_clip(
                     self.chunker,
@@ -172,12 +193,13 @@ class RewritePipeline:
                     place,
                     part=lambda piece, placeholders: self._part(piece, shape, placeholders),
                     keyed=self.keyed,
+                    cuts=cuts,
                 )
                 if chunked is not None:
                     await close_streams(clips)  # the pieces are what goes upstream
                     return chunked
             if split and self.over_window is not None:
-                self.over_window.see(clips)
+                self.over_window.see(clips, self.models.window(rules))
             digests = [clip_digest(clip) for clip in clips] if self.keyed else None
             key = self._clip_key(body, shape, digests, in_parts, own)
             placeholders = Placeholders()
@@ -187,6 +209,8 @@ class RewritePipeline:
             ]
             # The gateway's own parts decide whether the clips may go by reference: a uuid a
             # client put on its path part is kept, but never makes its clip go by reference.
+            # (A model that refuses uuid-only parts gets every part with its data and uuid: the
+            # reference relay asks its profile, ModelSettings.refuses_uuid_only.)
             by_reference = shape.references and referable(clips, parts)
             # the client's own inline parts, found where the client put them (before the splice)
             inline = inline_parts(body.get(shape.items), own) if by_reference and own else []
@@ -252,16 +276,15 @@ class RewritePipeline:
         return refs
 
     async def _load(
-        self, refs: tuple[InlineAudio | PathAudio, ...], shape: RouteShape
+        self, refs: tuple[InlineAudio | PathAudio, ...], shape: RouteShape, form: TargetForm | None
     ) -> list[LoadedClip]:
         # input_audio has no URL form: there, objects go as bytes even in presigned mode.
-        return await self.loader.load(
-            refs, presigned=self.presigned and not shape.input_audio_parts
-        )
+        presigned = self.presigned and not shape.input_audio_parts
+        return await self.loader.load(refs, presigned=presigned, form=form)
 
     async def sources(self, refs: Sequence[PathAudio], *, presigned: bool) -> list[AudioSource]:
         """The checked sources of `refs`, seen through [normalize] when it is on."""
-        return await self.loader.sources(refs, presigned=presigned)
+        return await self.loader.sources(refs, presigned=presigned, form=self.loader.default_form)
 
     def _part(
         self,
