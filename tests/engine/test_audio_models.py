@@ -1,9 +1,14 @@
 """Voxtral, Audio Flamingo 3 and GLM-ASR behind the gateway, each on its own real vLLM server
-(one per model for this module, started and stopped in turn): every sidechannel form and a
-`file://` content part heard whole (the model's own placeholders in vLLM's prompt token ids),
-waves of 16 seeds by reference costing one processing (vLLM's own processor cache counters), a
-45 s clip in the model's own window, a row with more clips than the model takes, a 44.1 kHz
-stereo clip normalized, and `/v1/audio/transcriptions` from a path where the model serves it."""
+(one per model for this module, started and stopped in turn). The gateway places each model
+itself (vLLM's /v1/models names the model directory it reads), and the tests hold it to the
+model's profile: every sidechannel form and a `file://` content part heard whole (the model's
+own placeholders in vLLM's prompt token ids); two waves of 16 seeds by reference, only 200s
+and one processing a wave in vLLM's processor cache counters (Voxtral, which refuses uuid-only
+parts, gets data and uuid: placed, from the start; unplaced, once vLLM refused a reference); a
+45 s clip sent whole with `[chunking]` at 30 s (each keeps long audio); one clip more than the
+model takes, the gateway's 400 before any clip is read (and vLLM's own, straight to it); a
+16 kHz stereo clip with `[normalize]` off (mono for Voxtral, which refuses stereo) and a 44.1 kHz
+one with it on; `/v1/audio/transcriptions` from a path where the model serves it."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import gateway_metrics
 
 from .audio_models import (
     MODELS,
@@ -33,8 +40,11 @@ from .helpers import (
     GENERATED,
     MAX_TOKENS,
     MM_CACHE,
+    RATE_HZ,
     Client,
+    chat_4xx,
     delta,
+    engine_client,
     engine_metrics,
     make_gateway_client,
     write_clip,
@@ -45,6 +55,7 @@ pytestmark = pytest.mark.timeout(300, func_only=True)
 LONG_SECONDS = 45.0
 STEREO_SECONDS = 3.0  # test_normalize's clips
 UNPLACED = {"ask_upstream": False, "read_model_dirs": False}
+CHUNKING = {"enabled": True, "threshold_seconds": 30.0, "max_chunk_seconds": 30.0}
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -102,13 +113,16 @@ async def test_a_file_url_content_part_is_heard_whole(
     assert await heard(gateway, served, body) == served.model.tokens(SECONDS)
 
 
+@pytest.mark.parametrize("placed", [True, False], ids=["placed", "learned"])
 async def test_waves_of_seeds_by_reference_are_one_processing_each(
-    served: Served, clip_dir: Path
+    served: Served, clip_dir: Path, placed: bool
 ) -> None:
     # A seed waits for the one carrying the clip (a 2-core engine takes longer than 100 ms).
-    # The gateway is not told the model, nor looks for it: what it does is learned from vLLM.
+    # Placed: the gateway finds the model (vLLM's /v1/models root, its directory); learned: it
+    # does not look, and learns what the model takes from vLLM's answers.
     splice = {"repeats": "reference", "reference_wait_ms": 30_000}
-    gateway = await make_gateway_client(served.engine, clip_dir, splice=splice, placement=UNPLACED)
+    placement = {} if placed else UNPLACED
+    gateway = await make_gateway_client(served.engine, clip_dir, splice=splice, placement=placement)
     try:
         waves = []
         for number in range(2):
@@ -122,38 +136,65 @@ async def test_waves_of_seeds_by_reference_are_one_processing_each(
     for _, engine in waves:
         assert engine == {**one_processing, **answered_once}
     first, second = (ours for ours, _ in waves)
+    with_data = {"data": SEEDS, "reference": 0, "refused": 0, "cache_miss": 0}
     if served.model.references:
         by_reference = {"data": 1, "reference": SEEDS - 1, "refused": 0, "cache_miss": 0}
         assert first == second == by_reference
-        assert "references" not in health or not health["references"]["models"]
+        assert not health.get("references", {}).get("models")
+        return
+    if placed:  # known to refuse them: every part goes with its data and uuid from the start
+        assert first == second == with_data
         return
     # Refused (not a cache miss): each refused seed is sent again with the data into a 200, and
     # the model learned: the next wave goes with data (and uuid) from the start.
     assert 1 <= first["refused"] == first["reference"] <= SEEDS - 1
     assert first["data"] == 1 + first["refused"] and first["cache_miss"] == 0
-    assert second == {"data": SEEDS, "reference": 0, "refused": 0, "cache_miss": 0}
+    assert second == with_data
     learned = health["references"]["models"][served.model.name]
     assert (learned["mode"], learned["reason"]) == ("data", "refused")
 
 
-async def test_a_45_second_clip_is_heard_in_the_models_own_window(
-    served: Served, gateway: Client, clip_dir: Path
+async def test_a_45_second_clip_is_sent_whole_in_the_models_own_window(
+    served: Served, clip_dir: Path
 ) -> None:
+    # [chunking] cuts at 30 s, as Qwen2-Audio needs (tests/engine/test_chunking.py); these
+    # models keep long audio, and the gateway (which placed each by vLLM's /v1/models) knows.
     write_clip(clip_dir, "long.wav", LONG_SECONDS)
-    body = body_for(served, {"audio_path": "long.wav"})
-    assert await heard(gateway, served, body) == served.model.tokens(LONG_SECONDS)
+    gateway = await make_gateway_client(served.engine, clip_dir, chunking=CHUNKING)
+    try:
+        body = body_for(served, {"audio_path": "long.wav"})
+        assert await heard(gateway, served, body) == served.model.tokens(LONG_SECONDS)
+        chunks = (await gateway_metrics(gateway)).get("audio_gateway_audio_chunks_total", 0.0)
+    finally:
+        await gateway.close()
+    assert chunks == 0
 
 
-async def test_more_clips_than_the_model_takes_is_a_400(
-    served: Served, gateway: Client, clip_dir: Path
+async def test_more_clips_than_the_model_takes_is_the_gateways_400_before_any_read(
+    served: Served, gateway: Client
 ) -> None:
-    names = [
-        write_clip(clip_dir, f"m{i}.wav", 1.0).name for i in range(served.model.clip_limit + 1)
-    ]
-    body = body_for(served, {"audio_paths": names})
-    response = await gateway.post(CHAT, json=body)
-    text = await response.text()
-    assert response.status == 400, text
+    # The clips do not exist: a gateway that read one would answer 404.
+    names = [f"never-written{i}.wav" for i in range(served.model.clip_limit + 1)]
+    refused_before = await chat_4xx(served.engine)
+    response = await gateway.post(CHAT, json=body_for(served, {"audio_paths": names}))
+    assert response.status == 400, await response.text()
+    error = (await response.json())["error"]
+    assert error["code"] == "too_many_clips"
+    assert error["param"].startswith("metadata.audio_paths")
+    assert f"limit of {served.model.clip_limit} " in error["message"]
+    assert served.model.name in error["message"]
+    assert await chat_4xx(served.engine) == refused_before  # nothing reached vLLM
+
+
+async def test_one_more_clip_than_the_model_takes_straight_to_vllm_is_its_400(
+    served: Served, clip_dir: Path
+) -> None:
+    """What the gateway's 400 spares the client (after reading and encoding every clip)."""
+    names = [write_clip(clip_dir, f"m{i}.wav", 1.0) for i in range(served.model.clip_limit + 1)]
+    parts = [{"type": "audio_url", "audio_url": {"url": data_uri(p)}} for p in names]
+    body = body_for(served, messages=[{"role": "user", "content": parts}])
+    async with engine_client(served.engine) as session, session.post(CHAT, json=body) as answer:
+        assert answer.status == 400, await answer.text()
 
 
 async def test_a_44khz_stereo_clip_normalized_is_heard_whole(
@@ -166,6 +207,16 @@ async def test_a_44khz_stereo_clip_normalized_is_heard_whole(
         assert await heard(gateway, served, body) == served.model.tokens(STEREO_SECONDS)
     finally:
         await gateway.close()
+
+
+async def test_a_16khz_stereo_clip_with_normalize_off_is_heard_whole(
+    served: Served, gateway: Client, clip_dir: Path
+) -> None:
+    # Voxtral refuses stereo (mistral-common's 400 `audio_array.ndim=2`): the gateway, which
+    # knows it, sends the clip mono; the other models downmix it themselves.
+    write_stereo(clip_dir, "stereo16.wav", "PCM_16", "WAV", RATE_HZ)
+    body = body_for(served, {"audio_path": "stereo16.wav"})
+    assert await heard(gateway, served, body) == served.model.tokens(STEREO_SECONDS)
 
 
 async def test_a_transcription_from_a_path(served: Served, gateway: Client, clip_dir: Path) -> None:
