@@ -38,11 +38,13 @@ from tests.engine.helpers import (
     count,
     delta,
     engine_metrics,
+    make_gateway_client,
 )
 from tests.engine.specs import AUDIO_FLAMINGO3, GLM_ASR, VOXTRAL, model_specs, special_tokens
 
 SEEDS = 16
 SECONDS = 2.0  # a wave's clip
+PLACED = {"ask_upstream": True}  # as deployed: the gateway reads vLLM's /v1/models
 
 
 def voxtral_tokens(seconds: float) -> int:
@@ -170,3 +172,10 @@ async def wave(gateway: Client, served: Served, name: str) -> tuple[dict[str, fl
     )
     ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
     return ours, delta(engine_before, engine_after, *MM_CACHE, *GENERATED)
+
+
+async def make_gateway(served: Served, root: Path, **sections: Any) -> Client:
+    """A gateway in front of the model's server that places the model as deployed (vLLM's
+    /v1/models names its directory), config sections over the defaults."""
+    sections.setdefault("placement", PLACED)
+    return await make_gateway_client(served.engine, root, **sections)

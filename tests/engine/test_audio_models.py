@@ -4,11 +4,12 @@ itself (vLLM's /v1/models names the model directory it reads), and the tests hol
 model's profile: every sidechannel form and a `file://` content part heard whole (the model's
 own placeholders in vLLM's prompt token ids); two waves of 16 seeds by reference, only 200s
 and one processing a wave in vLLM's processor cache counters (Voxtral, which refuses uuid-only
-parts, gets data and uuid: placed, from the start; unplaced, once vLLM refused a reference); a
-45 s clip sent whole with `[chunking]` at 30 s (each keeps long audio); one clip more than the
-model takes, the gateway's 400 before any clip is read (and vLLM's own, straight to it); a
-16 kHz stereo clip with `[normalize]` off (mono for Voxtral, which refuses stereo) and a 44.1 kHz
-one with it on; `/v1/audio/transcriptions` from a path where the model serves it."""
+parts, gets data and uuid: by its profile from the start; told wrongly that it takes them, once
+vLLM refused a reference); a 45 s clip sent whole with `[chunking]` at 30 s (each keeps long
+audio); one clip more than the model takes, the gateway's 400 before any clip is read (and
+vLLM's own, straight to it); a 16 kHz stereo clip with `[normalize]` off (mono for Voxtral,
+which refuses stereo) and a 44.1 kHz one with it on; `/v1/audio/transcriptions` from a path
+where the model serves it."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from .audio_models import (
     body_for,
     data_uri,
     heard,
+    make_gateway,
     serve,
     wave,
 )
@@ -46,7 +48,6 @@ from .helpers import (
     delta,
     engine_client,
     engine_metrics,
-    make_gateway_client,
     write_clip,
 )
 from .test_normalize import write_stereo
@@ -54,7 +55,6 @@ from .test_normalize import write_stereo
 pytestmark = pytest.mark.timeout(300, func_only=True)
 LONG_SECONDS = 45.0
 STEREO_SECONDS = 3.0  # test_normalize's clips
-UNPLACED = {"ask_upstream": False, "read_model_dirs": False}
 CHUNKING = {"enabled": True, "threshold_seconds": 30.0, "max_chunk_seconds": 30.0}
 
 
@@ -79,7 +79,7 @@ def clip_dir(served: Served) -> Iterator[Path]:
 
 @pytest.fixture
 async def gateway(served: Served, clip_dir: Path) -> AsyncIterator[Client]:
-    client = await make_gateway_client(served.engine, clip_dir)
+    client = await make_gateway(served, clip_dir)
     yield client
     await client.close()
 
@@ -113,16 +113,16 @@ async def test_a_file_url_content_part_is_heard_whole(
     assert await heard(gateway, served, body) == served.model.tokens(SECONDS)
 
 
-@pytest.mark.parametrize("placed", [True, False], ids=["placed", "learned"])
+@pytest.mark.parametrize("told", [False, True], ids=["profile", "told-wrong"])
 async def test_waves_of_seeds_by_reference_are_one_processing_each(
-    served: Served, clip_dir: Path, placed: bool
+    served: Served, clip_dir: Path, told: bool
 ) -> None:
     # A seed waits for the one carrying the clip (a 2-core engine takes longer than 100 ms).
-    # Placed: the gateway finds the model (vLLM's /v1/models root, its directory); learned: it
-    # does not look, and learns what the model takes from vLLM's answers.
+    # Told wrong: the operator's table says the model takes uuid-only parts; the gateway learns
+    # otherwise from vLLM's answers.
     splice = {"repeats": "reference", "reference_wait_ms": 30_000}
-    placement = {} if placed else UNPLACED
-    gateway = await make_gateway_client(served.engine, clip_dir, splice=splice, placement=placement)
+    models = {served.model.name: {"accepts_uuid_only_parts": True}} if told else {}
+    gateway = await make_gateway(served, clip_dir, splice=splice, models=models)
     try:
         waves = []
         for number in range(2):
@@ -142,7 +142,7 @@ async def test_waves_of_seeds_by_reference_are_one_processing_each(
         assert first == second == by_reference
         assert not health.get("references", {}).get("models")
         return
-    if placed:  # known to refuse them: every part goes with its data and uuid from the start
+    if not told:  # its profile refuses them: every part goes with its data and uuid at once
         assert first == second == with_data
         return
     # Refused (not a cache miss): each refused seed is sent again with the data into a 200, and
@@ -160,7 +160,7 @@ async def test_a_45_second_clip_is_sent_whole_in_the_models_own_window(
     # [chunking] cuts at 30 s, as Qwen2-Audio needs (tests/engine/test_chunking.py); these
     # models keep long audio, and the gateway (which placed each by vLLM's /v1/models) knows.
     write_clip(clip_dir, "long.wav", LONG_SECONDS)
-    gateway = await make_gateway_client(served.engine, clip_dir, chunking=CHUNKING)
+    gateway = await make_gateway(served, clip_dir, chunking=CHUNKING)
     try:
         body = body_for(served, {"audio_path": "long.wav"})
         assert await heard(gateway, served, body) == served.model.tokens(LONG_SECONDS)
@@ -201,7 +201,7 @@ async def test_a_44khz_stereo_clip_normalized_is_heard_whole(
     served: Served, clip_dir: Path
 ) -> None:
     write_stereo(clip_dir, "stereo44.wav", "PCM_16", "WAV")
-    gateway = await make_gateway_client(served.engine, clip_dir, normalize={"enabled": True})
+    gateway = await make_gateway(served, clip_dir, normalize={"enabled": True})
     try:
         body = body_for(served, {"audio_path": "stereo44.wav"})
         assert await heard(gateway, served, body) == served.model.tokens(STEREO_SECONDS)
