@@ -67,6 +67,7 @@ def glm_asr_tokens(seconds: float) -> int:
 @dataclass(frozen=True)
 class AudioModel:
     name: str  # the served model name
+    architecture: str  # the HF `architectures` name
     built: str  # its key in engine.server.build_models
     audio_token: str
     tokens: Callable[[float], int]  # audio placeholders for a clip of that many seconds
@@ -83,13 +84,38 @@ class AudioModel:
 
 
 MODELS = {
-    VOXTRAL: AudioModel(VOXTRAL, "voxtral", "[AUDIO]", voxtral_tokens, 5, False, True),
+    VOXTRAL: AudioModel(
+        VOXTRAL,
+        "VoxtralForConditionalGeneration",
+        "voxtral",
+        "[AUDIO]",
+        voxtral_tokens,
+        5,
+        references=False,
+        transcriptions=True,
+    ),
     AUDIO_FLAMINGO3: AudioModel(
-        AUDIO_FLAMINGO3, "audio-flamingo3", "<sound>", flamingo_tokens, 1, True, False
+        AUDIO_FLAMINGO3,
+        "AudioFlamingo3ForConditionalGeneration",
+        "audio-flamingo3",
+        "<sound>",
+        flamingo_tokens,
+        1,
+        references=True,
+        transcriptions=False,
     ),
     # vLLM declares no limit, but more than one clip it has not processed yet fails
     # GlmAsrProcessor (a 400): one in practice.
-    GLM_ASR: AudioModel(GLM_ASR, "glm-asr", "<|pad|>", glm_asr_tokens, 1, True, True),
+    GLM_ASR: AudioModel(
+        GLM_ASR,
+        "GlmAsrForConditionalGeneration",
+        "glm-asr",
+        "<|pad|>",
+        glm_asr_tokens,
+        1,
+        references=True,
+        transcriptions=True,
+    ),
 }
 
 

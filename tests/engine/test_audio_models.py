@@ -165,9 +165,12 @@ async def test_a_45_second_clip_is_sent_whole_in_the_models_own_window(
         body = body_for(served, {"audio_path": "long.wav"})
         assert await heard(gateway, served, body) == served.model.tokens(LONG_SECONDS)
         chunks = (await gateway_metrics(gateway)).get("audio_gateway_audio_chunks_total", 0.0)
+        placed = (await (await gateway.get("/gateway/health")).json())["models"]
     finally:
         await gateway.close()
     assert chunks == 0
+    assert placed[served.model.name]["architecture"] == served.model.architecture
+    assert placed[served.model.name]["placed_by"].startswith("model directory ")
 
 
 async def test_more_clips_than_the_model_takes_is_the_gateways_400_before_any_read(
