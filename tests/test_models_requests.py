@@ -379,4 +379,17 @@ def test_serve_refuses_a_bad_models_table_naming_the_key(
         check=False,
     )
     assert result.returncode == 2, result.stderr
-    assert f"models.voxtral.{key}" in result.stderr
+    assert f'models."voxtral".{key}' in result.stderr
+
+
+async def test_a_translation_to_a_model_that_does_not_translate_is_told_once(
+    make_gateway: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "gateway.speech")
+    gateway = await make_gateway(models=models(v=VOXTRAL, w="WhisperForConditionalGeneration"))
+    for model in ("v", "v", "w"):
+        body = {"model": model, "metadata": {"audio_path": "a.wav"}}
+        response = await gateway.post("/v1/audio/translations", json=body)
+        assert response.status == 200, await response.text()  # relayed as asked
+    (record,) = caplog.records
+    assert "model 'v'" in record.getMessage() and "a transcription" in record.getMessage()

@@ -76,7 +76,8 @@ async def one_run(
             for name in ("warm.wav", "long.wav"):
                 if name == "long.wav":
                     before = status_bytes(process.pid, "VmRSS")
-                body = {"model": "m", "messages": [{"role": "user", "content": "Transcribe."}]}
+                body: dict[str, Any] = {"model": "m"}
+                body["messages"] = [{"role": "user", "content": "Transcribe."}]
                 body["metadata"] = {"audio_path": name}
                 async with session.post(url, json=body) as response:
                     await response.read()

@@ -20,6 +20,7 @@ decode + resample (best of --repeats). Prints a Markdown table (and --json).
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import time
@@ -117,12 +118,12 @@ def measure(
         for name in formats:
             data = encoded(source, rate, name)
             paths: dict[str, Callable[[], np.ndarray]] = {
-                GATEWAY: lambda d=data: gateway_path(d, "HQ"),
-                "gateway (soxr VHQ, streamed)": lambda d=data: gateway_path(d, "VHQ"),
+                GATEWAY: functools.partial(gateway_path, data, "HQ"),
+                "gateway (soxr VHQ, streamed)": functools.partial(gateway_path, data, "VHQ"),
             }
             for method in ("torchaudio", "soxr", "scipy", "pyav"):
                 label = f"vLLM {method}" + (" (default)" if method == "torchaudio" else "")
-                paths[label] = lambda d=data, m=method: vllm_path(d, m)
+                paths[label] = functools.partial(vllm_path, data, method)
             waves = {label: best_ms(work, repeats) for label, work in paths.items()}
             gateway_wave = waves[GATEWAY][1]
             gateway_mel = features(gateway_wave)

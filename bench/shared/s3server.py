@@ -62,7 +62,7 @@ class LocalS3:
         self.log = RequestLog()
         wsgi = self._server._server
         assert wsgi is not None
-        wsgi.app = CountingApp(wsgi.app, self.log)  # type: ignore[attr-defined]
+        wsgi.app = CountingApp(wsgi.app, self.log)
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
 

@@ -71,7 +71,8 @@ def wait_ready(server: ServerProcess) -> None:
 
 
 def drive(loadgen: LoadGeneratorProcess, url: str, concurrency: int, requests: int) -> Any:
-    command = {"op": "run", "key": "a", "form": FORM, "url": url + "/v1/chat/completions"}
+    command: dict[str, Any] = {"op": "run", "key": "a", "form": FORM}
+    command["url"] = url + "/v1/chat/completions"
     command |= {"concurrency": concurrency, "requests": requests, "check_every": 16}
     return loadgen.call(command)
 

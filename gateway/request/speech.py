@@ -50,6 +50,7 @@ from .shapes import parse_json_object
 log = logging.getLogger("gateway.speech")  # the name the docs give
 
 RequestBody = bytes | SegmentedPayload | AsyncIterator[bytes]
+TOLD_MODELS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class SpeechUploads:
         self.max_clip_bytes = audio.max_file_bytes
         self.max_body_bytes = max_body
         self._legacy_key_logged = False
+        self._told: set[str | None] = set()  # models told not to translate
 
     async def prepare(self, request: web.Request) -> Outgoing | None:
         boundary = request.content_type == "multipart/form-data" and _boundary(request)
@@ -180,6 +182,8 @@ class SpeechUploads:
     async def _rewritten(
         self, request: web.Request, ref: InlineAudio | PathAudio, parts: list[FormPart]
     ) -> Outgoing:
+        if request.path.endswith("/translations"):
+            await self._tell_translation(parts)
         upload, digest = await self._upload(ref)
         try:
             boundary = f"audio-gateway-{os.urandom(16).hex()}"
@@ -191,6 +195,25 @@ class SpeechUploads:
         content_type = f"multipart/form-data; boundary={boundary}"
         headers = request_headers_for_upstream(request, content_type=content_type, decoded=True)
         return Outgoing(headers, payload, rewritten=True)
+
+    async def _tell_translation(self, parts: list[FormPart]) -> None:
+        """A translation sent to a model whose profile says it does not translate (Voxtral,
+        Kimi-Audio, ... answer a transcription there): relayed as asked, logged once a model."""
+        model = next((part.text() for part in parts if part.name == "model"), None)
+        rules = await self.pipeline.models.rules({"model": model})
+        what = rules.profile.translations
+        if rules.placed and what in ("transcribes", "none") and model not in self._told:
+            if len(self._told) >= TOLD_MODELS:
+                self._told.clear()  # a client naming ever new models: told again, not kept
+            self._told.add(model)
+            answer = "a transcription" if what == "transcribes" else "an error"
+            log.warning(
+                "model %r (%s) does not translate: vLLM answers /v1/audio/translations with %s "
+                "for it (its profile; logged once per model)",
+                model,
+                rules.architecture,
+                answer,
+            )
 
     async def _upload(self, ref: InlineAudio | PathAudio) -> tuple[AudioUpload, str]:
         """The clip as a file part, within vLLM's decode limits (its speech-to-text routes

@@ -13,7 +13,8 @@ Three servers, chosen to need as few start-ups (~50 s each) as the tests allow:
   also the tests of a Unix-socket upstream.
 - the replica: `qwen_engine` again (same model, flags and served name) on a port of its own;
   `qwen_replicas` is the pair, and `make_router` starts a real vllm-router in front of it
-  (its venv: `.ci/router/install`, ROUTER_VENV), stopped at the end of the test.
+  (its venv: `.ci/router/install`, ROUTER_VENV), stopped at the end of the test; `smg_venv`
+  is SMG's (`.ci/smg/install`, SMG_VENV), whose tests start SMG once per module.
 
 Without the engine's venv (`engine/install`) the tests are skipped with the command to run,
 except in CI (`CI=true`) or with `AUDIO_GATEWAY_ENGINE=required`, where they fail. An engine
@@ -45,6 +46,8 @@ from engine.server import (
     engine_venv,
     venv_problem,
 )
+from engine.smg import smg_problem
+from engine.smg import smg_venv as find_smg_venv
 from tests.engine.specs import MM_CACHE_GB as MM_CACHE_GB  # the tests' import of it
 from tests.engine.specs import QWEN, QWEN_REPLICA, WHISPER, special_tokens, specs
 
@@ -188,6 +191,18 @@ def router_venv() -> Path:
     """vllm-router's venv; without it the test is skipped, or failed where it is required."""
     path = engine_router.router_venv()
     problem = engine_router.router_problem(path)
+    if problem is not None:
+        if ENGINE_REQUIRED:
+            pytest.fail(f"the real-engine suite is required here, but {problem}", pytrace=False)
+        pytest.skip(problem)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smg_venv() -> Path:
+    """SMG's venv; without it the test is skipped, or failed where it is required."""
+    path = find_smg_venv()
+    problem = smg_problem(path)
     if problem is not None:
         if ENGINE_REQUIRED:
             pytest.fail(f"the real-engine suite is required here, but {problem}", pytrace=False)

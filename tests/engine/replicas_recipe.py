@@ -1,7 +1,8 @@
 """The "Many replicas" guide's configs, read back from docs/guides/many-replicas.md so the
-two-replica tests run what the page says: the gateway's config (```toml title="gateway.toml"```)
-and vllm-router's command (```bash title="start vllm-router"```). A test run fills in only what it
-must choose itself (its ports, the replicas' URLs, the clip root); the rest comes from the page."""
+two-replica tests run what the page says: the gateway's config (```toml title="gateway.toml"```),
+vllm-router's command (```bash title="start vllm-router"```) and SMG's (```bash title="start
+SMG"```). A test run fills in only what it must choose itself (its ports, the replicas' URLs, the
+clip root); the rest comes from the page."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from tests.litellm.recipe import REPO_ROOT, blocks
 GUIDE = REPO_ROOT / "docs" / "guides" / "many-replicas.md"
 GATEWAY_TITLE = "gateway.toml"
 ROUTER_TITLE = "start vllm-router"
+SMG_TITLE = "start SMG"
+PROGRAMS = {ROUTER_TITLE: ["vllm-router"], SMG_TITLE: ["smg", "launch"]}  # each block's command
 RUN_CHOSEN_FLAGS = frozenset({"--host", "--port", "--prometheus-port"})  # each takes one value
 WORKERS_FLAG = "--worker-urls"  # takes the list of replicas
 
@@ -31,26 +34,28 @@ def gateway_sections(*, key: bool = True) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RouterCommand:
-    """The page's vllm-router command: its policy and its other flags, less the run's own."""
+    """A router command of the page: its policy and its other flags, less the run's own."""
 
     policy: str
     flags: list[str]
 
 
-def router_command() -> RouterCommand:
-    """The start block's one command, split as a shell would: `--worker-urls` and the run's
-    own flags dropped, `--policy` taken apart, every other flag kept with its value."""
-    text = blocks(GUIDE.read_text())[ROUTER_TITLE]
+def router_command(title: str = ROUTER_TITLE) -> RouterCommand:
+    """The one command of the start block `title` (vllm-router's or SMG's), split as a shell
+    would: `--worker-urls` and the run's own flags dropped, `--policy` taken apart, every other
+    flag kept with its value."""
+    text = blocks(GUIDE.read_text())[title]
     argv = shlex.split(text.replace("\\\n", " "), comments=True)
-    assert argv[0] == "vllm-router", f"the page's command changed: {shlex.join(argv)}"
+    program = PROGRAMS[title]
+    assert argv[: len(program)] == program, f"the page's command changed: {shlex.join(argv)}"
     options: dict[str, list[str]] = {}
-    for word in argv[1:]:
+    for word in argv[len(program) :]:
         if word.startswith("--"):
             options[word] = []
         else:
             options[next(reversed(options))].append(word)
     policy = options.pop("--policy", [""])[0]
-    assert policy, f"no --policy in the {ROUTER_TITLE!r} block of {GUIDE}"
+    assert policy, f"no --policy in the {title!r} block of {GUIDE}"
     flags = [
         part
         for flag, values in options.items()
