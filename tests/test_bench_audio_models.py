@@ -22,22 +22,17 @@ def test_vllm_alone_gets_a_data_uri_and_the_gateway_a_path(tmp_path: Path) -> No
     assert alone["model"] == pair["model"] == "tiny-glm-asr"
 
 
-def test_a_model_that_refuses_uuid_only_parts_gets_data_and_uuid() -> None:
-    assert 'repeats = "data"' in MODELS["voxtral"].gateway_splice
-    assert "part_uuid = true" in MODELS["voxtral"].gateway_splice
-    others = [model for name, model in MODELS.items() if name != "voxtral"]
-    assert all('repeats = "reference"' in model.gateway_splice for model in others)
-
-
 def test_one_row_per_architecture() -> None:
     cell = {"api_server_cpu_ms": 4.0, "vllm_cpu_ms": 9.0, "gateway_cpu_ms": 0.5,
-            "processings_per_wave": 1.0, "errors": 0}  # fmt: skip
+            "processings_per_wave": 1.0, "errors": 0,
+            "gateway_parts_per_wave": {"data": 1.0, "reference": 15.0}}  # fmt: skip
     runs = [
-        {"architecture": m.architecture, "gateway_parts": "reference",
+        {"architecture": m.architecture,
          "modes": {"vllm-direct": cell, "gateway": {**cell, "api_server_cpu_ms": 2.0}}}
         for m in MODELS.values()
     ]  # fmt: skip
     result = {"date": "2026-12-04", "waves": 3, "seconds": 30.0, "command": "x", "runs": runs}
     rows = [line for line in markdown(result).splitlines() if line.startswith("| ")][2:]
     assert [row.split(" | ")[0][2:] for row in rows] == [m.architecture for m in MODELS.values()]
-    assert all(" | 0.50 | 0.62 | 1 / 1 | 0 |" in row for row in rows)
+    assert all(" | 1 data + 15 references | 4.00 | 2.00 | 0.50 | 0.50 | 0.62 | 1 / 1 | 0 |" in row
+               for row in rows)  # fmt: skip

@@ -24,9 +24,10 @@ COMMON_FLAGS = (
     "--max-model-len", "2048", "--max-num-seqs", "16", "--max-num-batched-tokens", "4096",
     "--media-io-kwargs", '{"audio": {"audio_backend": "soundfile"}}',
 )  # fmt: skip
+# By reference for every model: the gateway places each (vLLM's /v1/models names the model's
+# directory) and sends a model that takes no uuid-only parts (Voxtral) data with a `uuid`.
 REFERENCE = '[splice]\nrepeats = "reference"\nreference_wait_ms = 30000\n'
-# A model that takes no uuid-only parts gets every clip's data, with its sha256 as `uuid`.
-DATA_AND_UUID = '[splice]\nrepeats = "data"\npart_uuid = true\n'
+PARTS = re.compile(r'^audio_gateway_audio_parts_total\{form="(data|reference)"\} (\S+)$', re.M)
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,6 @@ class Model:
     built: str  # engine.server.build_models key
     architecture: str
     flags: tuple[str, ...] = ()
-    references: bool = True  # takes uuid-only parts
-
-    @property
-    def gateway_splice(self) -> str:
-        return REFERENCE if self.references else DATA_AND_UUID
 
 
 MODELS = {
@@ -49,7 +45,7 @@ MODELS = {
     ),
     "voxtral": Model(
         "tiny-voxtral", "voxtral", "VoxtralForConditionalGeneration",
-        ("--tokenizer-mode", "mistral", "--config-format", "mistral"), references=False,
+        ("--tokenizer-mode", "mistral", "--config-format", "mistral"),
     ),
     "audio-flamingo3": Model(
         "tiny-audio-flamingo3", "audio-flamingo3", "AudioFlamingo3ForConditionalGeneration"
@@ -70,6 +66,7 @@ class Cell:
     vllm_s: float = 0.0
     gateway_s: float = 0.0
     processings: float = 0.0  # vLLM processor cache queries less hits
+    parts: dict[str, float] = field(default_factory=lambda: {"data": 0.0, "reference": 0.0})
     error_samples: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
@@ -81,6 +78,7 @@ class Cell:
             "vllm_cpu_ms": 1000 * self.vllm_s / n,
             "gateway_cpu_ms": 1000 * self.gateway_s / n,
             "processings_per_wave": self.processings / max(self.waves, 1),
+            "gateway_parts_per_wave": {k: v / max(self.waves, 1) for k, v in self.parts.items()},
             "error_samples": self.error_samples,
         }
 
@@ -136,6 +134,12 @@ class Pair:
             totals[kind] += float(value)
         return totals["queries"] - totals["hits"]
 
+    async def parts(self, session: Any) -> dict[str, float]:
+        """The audio parts the gateway sent so far, with data and by reference."""
+        async with session.get(f"{self.gateway.url}/gateway/metrics") as response:
+            text = await response.text()
+        return {form: float(value) for form, value in PARTS.findall(text)}
+
 
 async def wave(pair: Pair, model: Model, mode: str, clip: Path, cell: Cell, session: Any) -> None:
     url = pair.engine.url if mode == "vllm-direct" else pair.gateway.url
@@ -150,11 +154,14 @@ async def wave(pair: Pair, model: Model, mode: str, clip: Path, cell: Cell, sess
             if len(cell.error_samples) < 3:
                 cell.error_samples.append(f"{response.status} {answer[:200]!r}")
 
-    processed = await pair.processed(session)
+    processed, parts = await pair.processed(session), await pair.parts(session)
     before = pair.reading()
     await asyncio.gather(*(post() for _ in range(SEEDS)))
     after = pair.reading()
     cell.processings += await pair.processed(session) - processed
+    if mode == "gateway":
+        for form, value in (await pair.parts(session)).items():
+            cell.parts[form] += value - parts.get(form, 0.0)
     cell.waves += 1
     cell.api_s += after[0] - before[0]
     cell.vllm_s += after[1] - before[1]
@@ -168,7 +175,7 @@ def start_gateway(workdir: Path, model: Model, upstream: str, clips: Path) -> An
     config = workdir / f"gateway-{model.built}.toml"
     config.write_text(
         f'[server]\nport = {port}\n[upstream]\nurl = "{upstream}"\n[audio]\nroot = "{clips}"\n'
-        + model.gateway_splice
+        + REFERENCE
     )
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
     return start(ServerProcess(f"gateway-{model.built}", argv, port, workdir))
@@ -199,7 +206,6 @@ async def measure_model(model: Model, args: argparse.Namespace, workdir: Path) -
         return {
             "model": model.name,
             "architecture": model.architecture,
-            "gateway_parts": "reference" if model.references else "data + uuid",
             "startup_s": startup_s,
             "rss_gib": engine.rss_bytes() / 2**30,
             "modes": {mode: cell.row() for mode, cell in cells.items()},
@@ -208,6 +214,11 @@ async def measure_model(model: Model, args: argparse.Namespace, workdir: Path) -
         if gateway is not None:
             gateway.stop()
         engine.stop()
+
+
+def sent(parts: dict[str, float]) -> str:
+    """What the gateway sent a wave: "1 data + 15 references", "16 data"."""
+    return f"{parts['data']:g} data + {parts['reference']:g} references"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -220,9 +231,10 @@ def markdown(result: dict[str, Any]) -> str:
         "CPU per request is each thread's time on the CPU (/proc/<pid>/task/*/schedstat). "
         f"Command: `{result['command']}`.",
         "",
-        "| architecture | the gateway sends | vLLM alone: API server (ms/req) | pair: API server "
-        "(ms/req) | pair: gateway (ms/req) | API server, pair / alone | pair / alone (API "
-        "server + gateway) | vLLM processings a wave, alone / pair | errors |",
+        "| architecture | the gateway sent a wave (by reference) | vLLM alone: API server "
+        "(ms/req) | pair: API server (ms/req) | pair: gateway (ms/req) | API server, pair / "
+        "alone | pair / alone (API server + gateway) | vLLM processings a wave, alone / pair | "
+        "errors |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for run in result["runs"]:
@@ -230,7 +242,7 @@ def markdown(result: dict[str, Any]) -> str:
         base = max(alone["api_server_cpu_ms"], 1e-9)
         both = pair["api_server_cpu_ms"] + pair["gateway_cpu_ms"]
         lines.append(
-            f"| {run['architecture']} | {run['gateway_parts']} | "
+            f"| {run['architecture']} | {sent(pair['gateway_parts_per_wave'])} | "
             f"{alone['api_server_cpu_ms']:.2f} | {pair['api_server_cpu_ms']:.2f} | "
             f"{pair['gateway_cpu_ms']:.2f} | {pair['api_server_cpu_ms'] / base:.2f} | "
             f"{both / base:.2f} | {alone['processings_per_wave']:g} / "
