@@ -7,8 +7,8 @@ with data URIs against the gateway with `repeats = "reference"` (it places each 
 vLLM's /v1/models, and sends one that takes no uuid-only parts, Voxtral, every clip's data with
 its `uuid`), interleaved wave by wave. Per request: the CPU of vLLM's API-server process, of all
 its processes and of the gateway; per wave, vLLM's processings (its processor cache's queries
-less hits) and the parts the gateway sent (its own metrics). Writes bench/results/<date>-audio-models.json and .md
-(`--name`).
+less hits) and the parts the gateway sent (its own metrics). Writes
+bench/results/<date>-audio-models.json and .md (`--name`).
 
 May import: bench/shared/, engine/ and the gateway.
 """
