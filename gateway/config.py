@@ -424,7 +424,10 @@ class ConfigError(Exception):
 def describe_validation_error(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = [str(part) for part in item["loc"]]
+        if len(loc) > 1 and loc[0] == "models":  # a served name as TOML writes it
+            loc[1] = f'"{loc[1]}"'
+        key = ".".join(loc) or "(top level)"
         reason = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
         lines.append(f"{key}: {reason}")
     return "; ".join(lines)

@@ -158,8 +158,8 @@ class TestBadConfig:
         with pytest.raises(ConfigError) as raised:
             validate_config({"models": {"voxtral": {"architecture": VOXTRAL, **table}}})
         message = str(raised.value)
-        assert f"models.voxtral.{key}: " in message
-        assert reason in message.split(f"models.voxtral.{key}: ", 1)[1]
+        assert f'models."voxtral".{key}: ' in message
+        assert reason in message.split(f'models."voxtral".{key}: ', 1)[1]
 
     def test_placement_retry_must_be_positive(self) -> None:
         with pytest.raises(ConfigError, match=r"placement\.retry_seconds: "):
@@ -384,3 +384,14 @@ class TestModelForms:
             )
             mono_only = TargetForm(0, 1, "PCM_16", any_container=True)
             assert in_form(path.read_bytes()[:65536], mono_only) == in_mono_form
+
+
+async def test_health_lists_every_placed_name_and_the_latest_unplaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("gateway.models.placement.SHOWN_UNPLACED", 2)
+    placement = Placement(config_with("v", {"architecture": VOXTRAL}))
+    names = ["Qwen/Qwen2-Audio-7B-Instruct", "one", "two", "three"]
+    for name in names:
+        await placement.rules(name)
+    assert set(placement.known()) == {"v", "Qwen/Qwen2-Audio-7B-Instruct", "two", "three"}

@@ -379,7 +379,7 @@ def test_serve_refuses_a_bad_models_table_naming_the_key(
         check=False,
     )
     assert result.returncode == 2, result.stderr
-    assert f"models.voxtral.{key}" in result.stderr
+    assert f'models."voxtral".{key}' in result.stderr
 
 
 async def test_a_translation_to_a_model_that_does_not_translate_is_told_once(

@@ -168,7 +168,8 @@ class TestOnePortTwoWorkers:
             samples = await scrape(session, gateway)
         assert stub.rejected == stub.mm_cache.uuid_misses == 0  # no cache-miss 400 came
         retries = [v for n, v in samples.items() if n.startswith("audio_gateway_reference_retries")]
-        assert len(retries) == 3 and sum(retries) == 0
+        # one sample per reason: cache_miss, upstream_error, stream_error, refused
+        assert len(retries) == 4 and sum(retries) == 0
         data = samples['audio_gateway_audio_parts_total{form="data"}']
         references = samples['audio_gateway_audio_parts_total{form="reference"}']
         assert len(clips) <= data <= 2 * len(clips)  # each worker sends a clip's data once

@@ -39,6 +39,7 @@ FetchModels = Callable[[], Awaitable[Any]]  # the upstream's /v1/models answer, 
 PLACE_WAIT_SECONDS = 2.0  # the longest a request waits for its model's first lookup
 CARDS_MIN_AGE_SECONDS = 5.0  # /v1/models is asked at most this often
 MAX_NAMES = 1024
+SHOWN_UNPLACED = 16  # names looked up in vain that /gateway/health lists (the latest)
 MODEL_FILE_MAX_BYTES = 1024 * 1024  # config.json / params.json larger than this are not read
 
 Found = tuple[str, str]  # (architecture, how it was placed)
@@ -69,9 +70,12 @@ class Placement:
         return resolve(name, self._config, (architecture, "config"), PROFILES)
 
     def known(self) -> dict[str, ModelRules]:
-        """Every name with rules now: the configured ones, and the ones looked up."""
-        looked = {name: rules for name, (rules, _) in self._kept.items()}
-        return {**looked, **self._configured}
+        """The names with rules now, for /gateway/health: the configured ones, every one placed
+        by a lookup, and the last `SHOWN_UNPLACED` looked up in vain."""
+        kept = [(name, rules) for name, (rules, _) in self._kept.items()]
+        placed = {name: rules for name, rules in kept if rules.placed}
+        unplaced = [(name, rules) for name, rules in kept if not rules.placed]
+        return {**dict(unplaced[-SHOWN_UNPLACED:]), **placed, **self._configured}
 
     async def rules(self, name: Any) -> ModelRules:
         """The rules of served model `name` (a request's `model`; anything but a string gets

@@ -58,6 +58,10 @@ class ModelSettings:
         )
         check_clips_per_prompt(rules, params, own)
 
+    def default_form(self) -> TargetForm | None:
+        """`[normalize]`'s own form (None: off), where no model says otherwise."""
+        return TargetForm.of(self.normalize) if self.normalize.enabled else None
+
     def form(self, rules: ModelRules) -> TargetForm | None:
         profile = rules.profile
         return TargetForm.for_model(self.normalize, profile.sample_rate, profile.accepts_stereo)

@@ -30,9 +30,8 @@ from ..clips.loaded import (
     referable,
 )
 from ..clips.over_window import OverWindowWatch
-from ..config import AudioConfig, Config, NormalizeConfig, SpliceConfig
+from ..config import AudioConfig, SpliceConfig
 from ..metrics import GatewayMetrics
-from ..models.placement import Placement
 from ..naming.content_parts import PartClip, PartRoots, Place, check_clip_count, part_clips
 from ..naming.sidechannel import (
     DEFAULT_KEYS,
@@ -71,15 +70,15 @@ class RewritePipeline:
         keys: SidechannelKeys = DEFAULT_KEYS,
         chunker: Chunker | None = None,
         over_window: OverWindowWatch | None = None,
-        normalizer: Normalizer | None = None,
         parts: PartRoots | None = None,
         metrics: GatewayMetrics | None = None,
         keyed: bool = False,
-        models: ModelSettings | None = None,
+        *,
+        normalizer: Normalizer,
+        models: ModelSettings,
     ):
-        """`models`: each request's model's profile; by default the operator's `[models]`
-        tables only (nothing is looked up). `normalizer` converts the clips a model needs in
-        another form (`[normalize]`, or mono for one that refuses stereo)."""
+        """`models`: each request's model's profile; `normalizer` converts the clips a model
+        needs in another form (`[normalize]`, or mono for one that refuses stereo)."""
         self.config = config
         self.keyed = keyed  # bodies carry their clips' key ([routing] affinity_headers)
         # Inline audio's sha256 is wanted (key, uuid): its check hashes it, one decode for both.
@@ -100,18 +99,15 @@ class RewritePipeline:
         self.presigned = config.remote == "presigned_url"
         self.chunker = chunker  # None unless [chunking] is enabled
         self.over_window = over_window  # with [chunking] off: long clips sent whole, told
-        self.normalizer = normalizer or Normalizer(
-            NormalizeConfig(), audio, metrics or GatewayMetrics()
-        )
-        self.models = models or ModelSettings(Placement(Config()), NormalizeConfig())
-        normalize = self.models.normalize
+        self.normalizer = normalizer
+        self.models = models
         self.loader = ClipLoader(
             self.resolver,
             store,
             objects,
-            self.normalizer,
+            normalizer,
             file_urls=self.file_urls,
-            default_form=TargetForm.of(normalize) if normalize.enabled else None,
+            default_form=models.default_form(),
         )
         self._legacy_key_logged = False
 
