@@ -49,6 +49,15 @@ from tests.test_workers import (
 )
 
 
+def workers_config(stub_server: TestServer, tmp_path: Path, *lines: str) -> Path:
+    """A config of two workers with JSON logs in front of the stub, `lines` added to [server]."""
+    upstream = str(stub_server.make_url("")).rstrip("/")
+    server = ["workers = 2", "malloc_tuning = false", 'log_format = "json"', *lines]
+    config = tmp_path / "gateway.toml"
+    config.write_text("[server]\n" + "\n".join(server) + f'\n[upstream]\nurl = "{upstream}"\n')
+    return config
+
+
 @contextlib.contextmanager
 def listening(host: str, port: int, *, reuse_port: bool = True) -> Iterator[socket.socket]:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -103,12 +112,7 @@ class TestThePortIsTheGatewaysOwn:
         self, stub_server: TestServer, tmp_path: Path
     ) -> None:
         """Each refuses (status 2, naming the port) or serves; never both on one port."""
-        upstream = str(stub_server.make_url("")).rstrip("/")
-        config = tmp_path / "gateway.toml"
-        config.write_text(
-            f'[server]\nworkers = 2\nmalloc_tuning = false\nlog_format = "json"\n'
-            f'[upstream]\nurl = "{upstream}"\n'
-        )
+        config = workers_config(stub_server, tmp_path)
         for _ in range(2):
             port = free_port()
             argv = (sys.executable, "-m", "gateway", "serve", "--config", str(config))
@@ -164,12 +168,7 @@ class TestPortZero:
     async def test_every_worker_serves_the_one_port_the_supervisor_got(
         self, stub_server: TestServer, tmp_path: Path
     ) -> None:
-        upstream = str(stub_server.make_url("")).rstrip("/")
-        config = tmp_path / "gateway.toml"
-        config.write_text(
-            "[server]\nworkers = 2\nmalloc_tuning = false\naccess_log = true\n"
-            f'log_format = "json"\n[upstream]\nurl = "{upstream}"\n'
-        )
+        config = workers_config(stub_server, tmp_path, "access_log = true")
         argv = (sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0")
         async with started(*argv) as gateway, fresh_session() as session:
             gateway.port = await port_logged(gateway)
