@@ -16,6 +16,8 @@
     speech_cache/      `python -m bench.speech_cache`: raw bytes vs base64 for speech routes
     s3_libraries/      `python -m bench.s3_libraries`: obstore vs aiobotocore
     vllm_frontend_cpu/ `python -m bench.vllm_frontend_cpu`: vLLM's own front-end audio CPU
+    audio_models/      `python -m bench.audio_models`: what the pair saves vLLM's API server,
+                       per audio chat architecture (Qwen2-Audio, Voxtral, AF3, GLM-ASR)
     shared/            what they build on: load generation, clients, process stats, servers,
                        workloads and clips, the S3 server, the real engine, the results dir
     results/           the committed results the docs quote

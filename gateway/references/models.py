@@ -49,7 +49,7 @@ CHECK_MISSES = (
     "check: a router or proxy in front of vLLM that rewrites request bodies (SMG drops the "
     "uuid of parts with data unless started with --max-buffered-request-bytes 0), vLLM's "
     "API-server count (each API server keeps its own cache: --api-server-count 1, or one port "
-    "per data-parallel rank behind a router with the clip key), and --mm-processor-cache-gb "
+    "per API server behind a router with the clip key), and --mm-processor-cache-gb "
     "(0 turns the cache off)"
 )
 CHECK_REFUSED = (

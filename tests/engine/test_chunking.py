@@ -64,7 +64,12 @@ async def test_split_the_engine_hears_all_of_it(
     # Everything but the audio placeholders, once per piece: from the unsplit request.
     text_tokens = await unsplit_prompt(qwen_engine, clip_dir, qwen_tokens) - MAX_AUDIO_TOKENS
 
-    gateway = await make_gateway_client(qwen_engine, clip_dir, chunking=CHUNKING)
+    # Placed as deployed (vLLM's /v1/models names the model's directory): Qwen2-Audio's profile
+    # cuts at its 30 s window, as the global settings do.
+    placement = {"ask_upstream": True}
+    gateway = await make_gateway_client(
+        qwen_engine, clip_dir, chunking=CHUNKING, placement=placement
+    )
     try:
         body = chat_body({"audio_path": "long.wav"})
         if stream:
@@ -79,8 +84,11 @@ async def test_split_the_engine_hears_all_of_it(
             usage = answer["usage"]
             assert answer["choices"][0]["finish_reason"] == "length"
         metrics = await gateway_metrics(gateway)
+        placed = (await (await gateway.get("/gateway/health")).json())["models"]
     finally:
         await gateway.close()
+    assert placed["tiny-qwen2-audio"]["architecture"] == "Qwen2AudioForConditionalGeneration"
+    assert placed["tiny-qwen2-audio"]["placed_by"].startswith("model directory ")
     assert metrics["audio_gateway_audio_chunks_total"] == 2
     assert usage["completion_tokens"] == 2 * MAX_TOKENS
     heard_tokens = usage["prompt_tokens"] - 2 * text_tokens

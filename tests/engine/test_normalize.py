@@ -33,15 +33,18 @@ SOURCE_RATE_HZ = 44_100
 NORMALIZED = "audio_gateway_normalized_clips_total"
 
 
-def write_stereo(folder: Path, name: str, subtype: str, container: str) -> Path:
-    """A 44.1 kHz stereo clip, different in each channel (a mean is not a copy of either)."""
+def write_stereo(
+    folder: Path, name: str, subtype: str, container: str, rate_hz: int = SOURCE_RATE_HZ
+) -> Path:
+    """A stereo clip (44.1 kHz unless told), different in each channel (a mean is not a copy of
+    either)."""
     path = folder / name
-    t = numpy.arange(int(SECONDS * SOURCE_RATE_HZ)) / SOURCE_RATE_HZ
+    t = numpy.arange(int(SECONDS * rate_hz)) / rate_hz
     seed = sum(name.encode())
     left = 0.3 * numpy.sin(2 * numpy.pi * (220 + seed % 50) * t)
     right = 0.2 * numpy.sin(2 * numpy.pi * 330 * t) * (numpy.sin(2 * numpy.pi * 3 * t) > 0)
     frames = numpy.stack([left, right], axis=1).astype(numpy.float32)
-    soundfile.write(path, frames, SOURCE_RATE_HZ, format=container, subtype=subtype)
+    soundfile.write(path, frames, rate_hz, format=container, subtype=subtype)
     return path
 
 
