@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
@@ -63,13 +64,14 @@ async def serve_app(
     app: web.Application,
     server: ServerConfig,
     *,
-    reuse_port: bool = False,
+    sockets: Sequence[socket.socket] = (),
     listening: Callable[[StopSignals], object] | None = None,
 ) -> None:
     """Run `app` on `server.host:port` until SIGTERM or SIGINT, then drain and shut down.
 
-    `reuse_port`: listen with SO_REUSEPORT, beside the gateway's other workers (gateway/workers);
-    `listening` is called once the port is open, with the stop signals it may also trigger."""
+    `sockets`: listen on these instead, bound and listening already (a worker's share of the
+    gateway's SO_REUSEPORT port: gateway/workers); `listening` is called once the port is open,
+    with the stop signals it may also trigger."""
     runner = web.AppRunner(
         app,
         access_log=access_logger if server.access_log else None,
@@ -81,16 +83,18 @@ async def serve_app(
     signals = StopSignals(loop)  # before start-up: a SIGTERM during it still drains
     try:
         await runner.setup()
-        site = web.TCPSite(runner, server.host, server.port, reuse_port=reuse_port or None)
+        sites: list[web.BaseSite] = [web.SockSite(runner, sock) for sock in sockets]
+        sites = sites or [web.TCPSite(runner, server.host, server.port)]
         try:
-            await site.start()
+            for site in sites:
+                await site.start()
         except OSError as exc:  # the port is taken, the host is not ours
             where = f"{server.host}:{server.port}"
             raise ConfigError(f"server.host/port: cannot listen on {where}: {exc}") from exc
         if listening is not None:
             listening(signals)
         signum = await signals.first
-        await drain(runner, site, server, signum, signals.again)
+        await drain(runner, sites, server, signum, signals.again)
     finally:
         for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
@@ -100,7 +104,7 @@ async def serve_app(
 
 async def drain(
     runner: web.AppRunner,
-    site: web.TCPSite,
+    sites: Sequence[web.BaseSite],
     server: ServerConfig,
     signum: signal.Signals,
     hurry: asyncio.Future[signal.Signals],
@@ -116,7 +120,8 @@ async def drain(
             drain_seconds,
         )
         await _until(asyncio.sleep(drain_seconds), hurry, drain_seconds)
-    await site.stop()
+    for site in sites:
+        await site.stop()
     closed = in_flight.close_idle_connections(runner.server.connections if runner.server else [])
     timeout = server.shutdown_timeout_seconds
     log.info(

@@ -2,7 +2,12 @@
 readiness fails at once, new connections are served for `drain_seconds` and refused after,
 what is in flight (an SSE stream, a WebSocket session with messages both ways) finishes within
 `shutdown_timeout_seconds`, what is still open then is cut (WebSocket 1001, a stream short of
-its end), and the process exits 0 within the timeout plus a small grace, not twice it."""
+its end), and the process exits 0 once it has cut, not after waiting the timeout out again.
+
+Nothing a test checks has to happen before a timer of the gateway's runs out: on a shared,
+loaded machine the test process may stall for seconds. Times are held only from below (the
+drain lasts at least `drain_seconds`, the cut comes no sooner than the timeout) or against a
+second whole timeout."""
 
 from __future__ import annotations
 
@@ -23,14 +28,11 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestServer
 
-from gateway.lifecycle import CUT_GRACE_SECONDS
 from gateway.stub_upstream import StubState
 from tests.test_config import REPO_ROOT, free_port
 
 START_SECONDS = 60.0  # a guard against hangs (start-up on a loaded machine), never an assertion
 BOUND_SECONDS = 30.0
-# Exit after the cut: cancelled handlers, aiohttp's cleanup and interpreter exit (not 2x timeout).
-EXIT_SLACK_SECONDS = 2.0
 CHAT = "/v1/chat/completions"
 LOOPS = ["asyncio", "uvloop"]
 
@@ -197,16 +199,17 @@ async def held_stream(
 
 
 TIMER_SLACK_SECONDS = 0.01
+# A drain no test outlives (past every guard above): what must happen during it never races its
+# end, however slowly a loaded machine runs the test.
+UNENDING_DRAIN_SECONDS = 4 * BOUND_SECONDS
 
 
 class TestReadinessAndNewConnections:
-    async def test_ready_fails_at_once_new_connections_served_for_drain_seconds_then_refused(
+    async def test_ready_fails_at_once_and_new_connections_are_served_while_draining(
         self, stub_server: TestServer, stub: StubState, tmp_path: Path
     ) -> None:
-        drain_seconds = 2.0
         async with (
-            serve(stub_server, tmp_path, drain_seconds=drain_seconds) as gateway,
-            aiohttp.ClientSession() as kept,
+            serve(stub_server, tmp_path, drain_seconds=UNENDING_DRAIN_SECONDS) as gateway,
             fresh_session() as fresh,
         ):
             assert await readiness(fresh, gateway) == (200, {"status": "ready"})
@@ -217,13 +220,26 @@ class TestReadinessAndNewConnections:
             stub.health_status = 200
             await asyncio.sleep(1.1)
             assert (await readiness(fresh, gateway))[0] == 200
+            gateway.signal(signal.SIGTERM)
+            await until_draining(fresh, gateway)
+            # A new connection during the drain is served, and told to go away after.
+            async with fresh.get(f"{gateway.url}/v1/models") as response:
+                assert response.status == 200
+                assert response.headers["Connection"] == "close"
+            gateway.signal(signal.SIGTERM)  # a second one ends the drain: nothing is in flight
+            await listener_closed(gateway)
+            assert await gateway.exit_code() == 0
+
+    async def test_the_listener_closes_no_sooner_than_drain_seconds_then_refuses(
+        self, stub_server: TestServer, stub: StubState, tmp_path: Path
+    ) -> None:
+        drain_seconds = 2.0
+        async with (
+            serve(stub_server, tmp_path, drain_seconds=drain_seconds) as gateway,
+            aiohttp.ClientSession() as kept,
+        ):
             async with held_stream(kept, gateway) as stream:
                 sent_at = gateway.signal(signal.SIGTERM)
-                await until_draining(fresh, gateway)
-                # A new connection during the drain is served, and told to go away after.
-                async with fresh.get(f"{gateway.url}/v1/models") as response:
-                    assert response.status == 200
-                    assert response.headers["Connection"] == "close"
                 closed_at = await listener_closed(gateway)
                 # Not before the drain is over; uvloop's timers tick in milliseconds and may fire
                 # up to one early (1.998 s was seen), so a few milliseconds are let go.
@@ -348,8 +364,11 @@ class TestCutAfterTheTimeout:
             assert await reader.read() == b""  # no answer: the connection closes
             writer.close()
             assert await gateway.exit_code() == 0
-            exited_after = asyncio.get_running_loop().time() - sent_at
-        assert exited_after < timeout + CUT_GRACE_SECONDS + EXIT_SLACK_SECONDS
+            exited_after_cut = asyncio.get_running_loop().time() - cut_at
+        # Not twice the timeout: the cut ends the shutdown, nothing waits out `timeout` again.
+        # (Its own bound, lifecycle.CUT_GRACE_SECONDS and a little, is the code's timers: a
+        # wall-clock assertion of it fails whenever a loaded machine stalls the process that long.)
+        assert exited_after_cut < timeout
         assert (1001, "gateway shutting down") in stub.websocket_closes
         log = "\n".join(gateway.log)
         assert "closing 1 WebSocket session(s) with 1001, cutting 2 request(s)" in log

@@ -13,7 +13,12 @@ import moto.settings
 import pytest
 
 from gateway.audio.samples import write_tone
+from gateway.audio.sources.objects import ObjectClip
+from gateway.config import load_config
+from gateway.errors import GatewayError
+from gateway.naming.sidechannel import PathAudio
 from gateway.stub_upstream import StubState
+from gateway.tools.objects import ObjectChecks
 from tests.conftest import GatewayFactory
 from tests.objectstore import (
     ACCESS_KEY_ID,
@@ -171,6 +176,35 @@ def test_a_clean_file_mixing_files_and_objects_passes_with_its_totals(
     assert s3_server.heads(bucket, "data/a.wav") == 2
     assert s3_server.gets(bucket, "data/a.wav") == s3_server.gets(bucket, "data/a.wav", ranged=True)
     assert s3_server.gets(bucket, "data/a.wav") == 1
+
+
+def test_references_read_at_once_share_one_get_and_each_error_names_its_own_key(
+    s3_server: S3Server, bucket: str, audio_dir: Path, tmp_path: Path
+) -> None:
+    """Two references to one object version, read together (as one row's clips are, or rows
+    on other threads): one GET, as the server's cache does; a failed read's error is the
+    same for both, each worded with its own key."""
+    config = load_config(
+        write_toml(tmp_path / "check.toml", settings_for(s3_server, bucket, audio_dir))
+    )
+    names = ["a.wav", "fake.wav", "a.wav", "fake.wav"]
+    key = "metadata.audio_paths"
+    refs = [PathAudio(f"s3://{bucket}/data/{n}", key, f"{key}[{i}]") for i, n in enumerate(names)]
+    checks = ObjectChecks(config)
+    try:
+        clips = [clip for clip in checks.clips(refs) if isinstance(clip, ObjectClip)]
+        heads = checks.heads(clips)
+    finally:
+        checks.close()
+
+    assert heads[0] == heads[2] and heads[0][0] == "audio/wav"  # type: ignore[index]
+    for index in (1, 3):
+        error = heads[index]
+        assert isinstance(error, GatewayError)
+        assert (error.code, error.param) == ("not_audio", key)
+        assert f"{key}[{index}]" in error.message and f"{key}[{4 - index}]" not in error.message
+    assert s3_server.gets(bucket, "data/a.wav") == 1
+    assert s3_server.gets(bucket, "data/fake.wav") == 1
 
 
 def test_relative_paths_join_an_object_audio_root(

@@ -27,6 +27,8 @@ from hypothesis import strategies as st
 from gateway.config import MAX_WORKERS, ConfigError, validate_config
 from gateway.serving.peers import Peers
 from gateway.stub_upstream import StubState
+from gateway.workers.metrics_dir import metrics_directory
+from gateway.workers.port import open_port
 from gateway.workers.supervisor import Supervisor, describe_exit
 from gateway.workers.wire import (
     WorkerSpec,
@@ -423,9 +425,11 @@ class TestAStopDuringStartUp:
                 "server": {"workers": 2, "port": free_port(), "malloc_tuning": False},
             }
         )
-        supervisor = Supervisor(config, "info", str(tmp_path))
-        asyncio.get_running_loop().call_soon(supervisor.stop, signal.SIGTERM)
-        status = await asyncio.wait_for(supervisor.run(), BOUND_SECONDS * 2)
+        port, sockets = open_port(config.server)
+        with metrics_directory(str(tmp_path)) as metrics:
+            supervisor = Supervisor(config, "info", metrics, port, sockets)
+            asyncio.get_running_loop().call_soon(supervisor.stop, signal.SIGTERM)
+            status = await asyncio.wait_for(supervisor.run(), BOUND_SECONDS * 2)
         assert status == 0
         assert supervisor.workers == {}
         assert not [r for r in caplog.records if "killing it" in r.getMessage()]

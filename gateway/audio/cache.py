@@ -112,7 +112,7 @@ class AudioStore:
         except GatewayError as error:
             if load[1] is clip.ref:
                 raise
-            raise _as_seen_by(error, load[1], clip.ref) from None
+            raise as_seen_by(error, load[1], clip.ref) from None
 
     def cached(self, key: Hashable) -> Weighed | None:
         """A derived entry kept with `keep` (its key must not be a `CacheKey`), or None."""
@@ -169,7 +169,7 @@ class AudioStore:
             }
 
 
-def _as_seen_by(error: GatewayError, loader: PathAudio, requester: PathAudio) -> GatewayError:
+def as_seen_by(error: GatewayError, loader: PathAudio, requester: PathAudio) -> GatewayError:
     """A shared load's error, worded for another request for the same clip: its own key and
     path as it gave them (the two may name the clip differently)."""
     message = error.message.replace(loader.label, requester.label, 1)

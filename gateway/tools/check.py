@@ -122,7 +122,7 @@ class RowChecker:
         resolved = self._sources(prepared.refs)
         prefix = prepared.request.prefix if prepared.request is not None else ""
         # As the server: every clip is read and sniffed, then every clip's length is checked.
-        heads = [self._failing_as(clip.ref, self._head, clip) for clip in resolved]
+        heads = self._read_heads(resolved)
         facts = [
             self._failing_as(clip.ref, self._clip_facts, clip, header, prefix, form)
             for clip, (_, header, form) in zip(resolved, heads, strict=True)
@@ -275,9 +275,23 @@ class RowChecker:
             return error
         return None
 
-    def _head(self, clip: ResolvedClip | ObjectClip) -> ObjectHead:
-        """The clip's sniffed MIME type (400 not_audio), its header and its WAV format."""
-        return self.objects.head(clip) if isinstance(clip, ObjectClip) else self._file_head(clip)
+    def _read_heads(self, clips: Sequence[ResolvedClip | ObjectClip]) -> list[ObjectHead]:
+        """Each clip's sniffed MIME type (400 not_audio), header and WAV format; the objects
+        read concurrently, the first failure in the row's order raised."""
+        objects = [clip for clip in clips if isinstance(clip, ObjectClip)]
+        object_heads = iter(self.objects.heads(objects) if objects else ())
+        heads = []
+        for clip in clips:
+            if not isinstance(clip, ObjectClip):
+                heads.append(self._failing_as(clip.ref, self._file_head, clip))
+                continue
+            head = next(object_heads)
+            if isinstance(head, GatewayError):
+                raise _PathFailure(clip.ref, head)
+            if isinstance(head, BaseException):
+                raise head
+            heads.append(head)
+        return heads
 
     def _clip_facts(
         self,

@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
+from ..audio.cache import as_seen_by
 from ..audio.durations import HEADER_BYTES, AudioHeader
 from ..audio.sources.objects import ObjectClip, object_sources
 from ..config import Config
+from ..errors import GatewayError
 from ..metrics import GatewayMetrics
 from ..naming.sidechannel import PathAudio
 from ..normalize.form import WavFormat, wav_format
@@ -38,6 +40,8 @@ class ObjectChecks:
         self.sources = object_sources(config, GatewayMetrics())
         self._normalize = config.normalize.enabled
         self._heads: LRUCache[Hashable, ObjectHead] = LRUCache(maxsize=HEAD_MEMO_ENTRIES)
+        # The reads in flight, by the same key: rows naming one object at once share its GET.
+        self._reading: dict[Hashable, tuple[asyncio.Task[ObjectHead], PathAudio]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
@@ -51,11 +55,12 @@ class ObjectChecks:
         references are checked concurrently, as the server's pipeline does."""
         return self._run(self._clips(refs))
 
-    def head(self, clip: ObjectClip) -> ObjectHead:
-        """The clip's sniffed MIME type, its header (400 `not_audio` as the server says) and,
-        with `[normalize]` on, its WAV format; an object version already read is not read
-        again."""
-        return self._run(self._head(clip))
+    def heads(self, clips: Sequence[ObjectClip]) -> list[ObjectHead | BaseException]:
+        """Each clip's sniffed MIME type, its header (400 `not_audio` as the server says) and,
+        with `[normalize]` on, its WAV format, or the error it got; the clips are read
+        concurrently, as the server's pipeline does. An object version already read is not
+        read again, and one being read is not read twice."""
+        return self._run(self._heads_of(clips))
 
     def close(self) -> None:
         """Stop the loop; object checks still in flight (a run cut short) are cancelled, so
@@ -72,17 +77,41 @@ class ObjectChecks:
         checks = (self.sources.source(ref, presigned=False) for ref in refs)
         return await asyncio.gather(*checks, return_exceptions=True)
 
+    async def _heads_of(self, clips: Sequence[ObjectClip]) -> list[ObjectHead | BaseException]:
+        return await asyncio.gather(*map(self._head, clips), return_exceptions=True)
+
     async def _head(self, clip: ObjectClip) -> ObjectHead:
         """On the loop's thread only, so the memo needs no lock. The claimed MIME type is part
-        of the key: the same bytes may pass under one extension and fail under another."""
+        of the key: the same bytes may pass under one extension and fail under another. Rows
+        checked at once that name one object version share one read (as the server's cache
+        does), and a failed read's error is worded for each of them."""
         key = (clip.cache_key, clip.ref.claimed_mime)
         known = self._heads.get(key)
-        if known is None:
-            audio = await clip.load(encode=False, digest=False)
-            form = None
-            if self._normalize:  # what the server reads first to decide (its fmt chunk)
-                form = wav_format(await clip.read_head(HEADER_BYTES))
-            self._heads[key] = known = (audio.mime, audio.header, form)
+        if known is not None:
+            return known
+        reading = self._reading.get(key)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read_head(key, clip)), clip.ref
+            self._reading[key] = reading
+            reading[0].add_done_callback(lambda done: self._done_reading(key, done))
+        try:
+            return await asyncio.shield(reading[0])
+        except GatewayError as error:
+            if reading[1] is clip.ref:
+                raise
+            raise as_seen_by(error, reading[1], clip.ref) from None
+
+    def _done_reading(self, key: Hashable, task: asyncio.Task[ObjectHead]) -> None:
+        self._reading.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here: a read whose waiters were cancelled is not logged
+
+    async def _read_head(self, key: Hashable, clip: ObjectClip) -> ObjectHead:
+        audio = await clip.load(encode=False, digest=False)
+        form = None
+        if self._normalize:  # what the server reads first to decide (its fmt chunk)
+            form = wav_format(await clip.read_head(HEADER_BYTES))
+        self._heads[key] = known = (audio.mime, audio.header, form)
         return known
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:

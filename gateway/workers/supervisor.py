@@ -1,7 +1,8 @@
 """The supervisor: the process `audio-gateway serve` started when `[server] workers` > 1.
 
-It checks the port (`port.py`), makes a private directory for the workers' metrics
-(`PROMETHEUS_MULTIPROC_DIR`, removed at exit), and starts the workers, each in its own process
+It checks the port and binds every worker's sockets on it (`port.py`), makes a private
+directory for the workers' metrics (`metrics_dir.py`), and starts the workers, each with its
+sockets (inherited, open) and in its own process
 group (a Ctrl-C in a terminal reaches the supervisor alone, which forwards it once). It tells
 every worker how many serve whenever that changes (their readiness needs all of them), and
 passes on a worker's word that it relayed a request emptying vLLM's caches (`/reset_mm_cache`,
@@ -27,15 +28,16 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from prometheus_client import multiprocess
 
 from ..config import Config
 from ..lifecycle import CANCELLED_GRACE_SECONDS, CUT_GRACE_SECONDS, STOP_SIGNALS
-from .port import check_port
+from .metrics_dir import MetricsDirectory, metrics_directory
+from .port import Port, open_port
 from .wire import CLEARED, SERVING, WorkerSpec, encode_spec, serving_line
 
 log = logging.getLogger(__name__)
@@ -48,12 +50,13 @@ CLEAN_EXITS = frozenset({0, -signal.SIGTERM, -signal.SIGINT})  # during a stop
 
 def run_workers(config: Config, log_level: str) -> int:
     """Serve with `config.server.workers` workers until stopped; the exit status."""
-    port = check_port(config.server)
-    if port != config.server.port:
-        log.info("server.port = 0: the workers share port %d", port)
-    config = config.with_overrides(server={"port": port})
-    with tempfile.TemporaryDirectory(prefix="audio-gateway-metrics-") as metrics_dir:
-        return asyncio.run(Supervisor(config, log_level, metrics_dir).run())
+    port, first_sockets = open_port(config.server)
+    if port.number != config.server.port:
+        log.info("server.port = 0: the workers share port %d", port.number)
+    config = config.with_overrides(server={"port": port.number})
+    with metrics_directory() as metrics:
+        supervisor = Supervisor(config, log_level, metrics, port, first_sockets)
+        return asyncio.run(supervisor.run())
 
 
 @dataclass(eq=False)
@@ -64,10 +67,20 @@ class Worker:
 
 
 class Supervisor:
-    def __init__(self, config: Config, log_level: str, metrics_dir: str) -> None:
+    def __init__(
+        self,
+        config: Config,
+        log_level: str,
+        metrics: MetricsDirectory,
+        port: Port,
+        first_sockets: list[socket.socket],
+    ) -> None:
         self.config = config
         self.log_level = log_level
-        self.metrics_dir = metrics_dir
+        self.metrics_dir = metrics.path
+        self._metrics_lock = metrics.lock_fd  # inherited: the directory is live while they run
+        self.port = port
+        self._first_sockets = first_sockets  # the checked ones (port.py), for worker 1
         self.workers: dict[int, Worker] = {}
         self.stopping: signal.Signals | None = None
         self.status = 0
@@ -97,20 +110,38 @@ class Supervisor:
             for signum in STOP_SIGNALS:
                 loop.remove_signal_handler(signum)
             self.kill_all()
+            for sock in self._first_sockets:  # no worker took them: stopped before it started
+                sock.close()
         log.info("stopped")
         return self.status
 
     async def start(self, index: int, *, restart: bool = False) -> None:
-        spec = WorkerSpec(
-            self.config, index, self.count, self.metrics_dir, self.log_level, restart=restart
-        )
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", WORKER_MODULE),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, METRICS_DIR_ENV: self.metrics_dir},
-            process_group=0,  # a terminal's Ctrl-C reaches the supervisor alone
-        )
+        """Start worker `index` on sockets of its own (OSError when they cannot be bound or
+        the process cannot be started); the supervisor keeps no copy of them, so they close
+        with the worker."""
+        sockets, self._first_sockets = self._first_sockets or self.port.bind_sockets(), []
+        try:
+            fds = tuple(sock.fileno() for sock in sockets)
+            spec = WorkerSpec(
+                self.config,
+                index,
+                self.count,
+                self.metrics_dir,
+                self.log_level,
+                restart=restart,
+                fds=fds,
+            )
+            process = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", WORKER_MODULE),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env={**os.environ, METRICS_DIR_ENV: self.metrics_dir},
+                process_group=0,  # a terminal's Ctrl-C reaches the supervisor alone
+                pass_fds=(*fds, self._metrics_lock),
+            )
+        finally:
+            for sock in sockets:
+                sock.close()
         assert process.stdin is not None
         process.stdin.write(encode_spec(spec) + serving_line(self.serving()))
         worker = self.workers[index] = Worker(index, process)

@@ -27,7 +27,8 @@ LENGTH_BYTES = 4
 @dataclass(frozen=True)
 class WorkerSpec:
     """Everything a worker needs: `index` is its number (1 to `workers`), kept by the worker
-    started in its place; `restart` says it replaces one that died."""
+    started in its place; `restart` says it replaces one that died; `fds` are its listening
+    sockets, inherited open (the supervisor bound them: port.py)."""
 
     config: Config
     index: int
@@ -35,6 +36,7 @@ class WorkerSpec:
     metrics_dir: str
     log_level: str
     restart: bool = False
+    fds: tuple[int, ...] = ()
 
 
 def encode_spec(spec: WorkerSpec) -> bytes:

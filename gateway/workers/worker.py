@@ -1,10 +1,10 @@
 """One worker: `python -m gateway.workers.worker`, started by the supervisor, its spec on stdin.
 
 It serves the ordinary app (its own cache, its own record of the clips vLLM holds) on the shared
-port with SO_REUSEPORT, says `serving` once it listens, drains on SIGTERM or SIGINT (forwarded by
-the supervisor) as a single gateway does, and drains too when its stdin ends (the supervisor is
-gone). Readiness asks `Peers`, which the supervisor keeps up to date; the metrics it serves are
-every worker's (gateway/metrics.py).
+port, on the SO_REUSEPORT sockets the supervisor bound for it (inherited open), says `serving`
+once it listens, drains on SIGTERM or SIGINT (forwarded by the supervisor) as a single gateway
+does, and drains too when its stdin ends (the supervisor is gone). Readiness asks `Peers`, which
+the supervisor keeps up to date; the metrics it serves are every worker's (gateway/metrics.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 
 from ..app import create_app, metrics_key, peers_key, reference_relay_key
@@ -97,7 +98,8 @@ async def serve_worker(spec: WorkerSpec) -> None:
     await link.open()
     sampler = asyncio.create_task(write_sampled_gauges(metrics))
     try:
-        await serve_app(app, spec.config.server, reuse_port=True, listening=link.listening)
+        sockets = [socket.socket(fileno=fd) for fd in spec.fds]
+        await serve_app(app, spec.config.server, sockets=sockets, listening=link.listening)
     finally:
         sampler.cancel()
         link.close()
