@@ -18,6 +18,7 @@ Run it with `.ci/gym-compat` (builds a venv with NeMo Gym 0.7.0's code and runs 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -417,6 +418,27 @@ async def test_gym_consumes_unprefixed_keys_itself(
     assert metrics['audio_gateway_requests_total{route="chat_completions",status="200"}'] == 1
     assert metrics["audio_gateway_cache_misses_total"] == 0
     assert metrics["audio_gateway_encoded_bytes_total"] == 0
+
+
+async def test_gyms_default_path_by_reference_is_one_processing_a_clip_a_wave(
+    gym_http: None, make_gateway: GatewayFactory, stub: StubState, audio_dir: Path
+) -> None:
+    """No prefix: Gym reads each clip and inlines it; with `repeats = "reference"` the gateway
+    still sends the clip's data once a wave and references for the other seeds."""
+    splice = {"repeats": "reference", "reference_wait_ms": 30_000}
+    gateway = await make_gateway(splice=splice)
+    seeds = 16
+    async with gym_server(base_url(gateway), RL_TRAINING) as gym:
+        for name in ("a.wav", "b.wav"):
+            row = gym_row("Transcribe the audio.", audio_path=str(audio_dir / name))
+            decodes = stub.decodes
+            answers = await asyncio.gather(*(gym_responses(gym, row) for _ in range(seeds)))
+            assert stub.decodes == decodes + 1  # one processing of the clip this wave
+            for answer in answers:
+                training_message(answer)  # token capture intact
+    metrics = await gateway_metrics(gateway)
+    assert metrics['audio_gateway_audio_parts_total{form="data"}'] == 2
+    assert metrics['audio_gateway_audio_parts_total{form="reference"}'] == 2 * (seeds - 1)
 
 
 async def test_tokenize_fallback_loses_the_audio(

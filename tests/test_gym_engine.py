@@ -15,6 +15,7 @@ engine that does not start fails the tests (with vLLM's log tail).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -32,7 +33,16 @@ from nemo_gym.openai_utils import NeMoGymChatCompletion, NeMoGymChatCompletionMe
 
 from engine.server import EngineServer, EngineStartError, build_models, engine_venv, venv_problem
 from tests import test_gym_compat as gym_compat
-from tests.engine.helpers import Client, audio_tokens_for, make_gateway_client, write_clip
+from tests.conftest import gateway_metrics
+from tests.engine.helpers import (
+    MM_CACHE,
+    Client,
+    audio_tokens_for,
+    delta,
+    engine_metrics,
+    make_gateway_client,
+    write_clip,
+)
 from tests.engine.specs import QWEN, special_tokens, specs
 from tests.test_gym_compat import (
     PREFIX,
@@ -196,3 +206,36 @@ async def test_gym_chat_endpoint_keeps_token_capture_on_vllm(
         qwen,
         seconds,
     )
+
+
+async def test_gyms_default_inline_path_by_reference_is_one_processing_a_wave(
+    gym_http: None, qwen: Qwen
+) -> None:
+    """No key prefix: Gym reads the clip and inlines it on every seed; the gateway by reference
+    sends its data once and references for the other 15 seeds (vLLM's own counters)."""
+    splice = {"repeats": "reference", "reference_wait_ms": 30_000}
+    gateway = await make_gateway_client(qwen.server, qwen.root, splice=splice)
+    seeds = 16
+    try:
+        (path,) = clips(qwen, "inline", 1.0)
+        row = responses_row("Transcribe the audio.", audio_path=str(qwen.root / path))
+        before = await engine_metrics(qwen.server)
+        async with gym_server(gym_base_url(gateway), RECIPE) as gym:
+            answers = await asyncio.gather(*(gym_responses(gym, row) for _ in range(seeds)))
+        after = await engine_metrics(qwen.server)
+        for answer in answers:
+            message = training_message(answer)
+            assert_vllm_bundle(
+                message.prompt_token_ids,
+                message.generation_token_ids,
+                message.generation_log_probs,
+                qwen,
+                (1.0,),
+            )
+        queries, hits = MM_CACHE
+        assert delta(before, after, *MM_CACHE) == {queries: seeds, hits: seeds - 1}
+        parts = await gateway_metrics(gateway)
+        assert parts['audio_gateway_audio_parts_total{form="data"}'] == 1
+        assert parts['audio_gateway_audio_parts_total{form="reference"}'] == seeds - 1
+    finally:
+        await gateway.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.shared.real_engine import chat_body
+from bench.shared.real_engine import INLINE_MODES, chat_body
 from bench.shared.speech_clips import FORMS, Form
 
 TURNS = 4
@@ -90,11 +90,12 @@ async def conversation(
     clip once."""
     history: list[dict[str, Any]] = []
     for turn in range(TURNS):
-        body = chat_body(clip if turn == 0 or mode != "vllm-direct" else None, mode, history)
-        if turn and mode == "vllm-direct":
+        inline = mode in INLINE_MODES
+        body = chat_body(clip if turn == 0 or not inline else None, mode, history)
+        if turn and inline:
             body["messages"][-1]["content"] = "And then?"
         said = await post(session, url, body, cell)
         last = body["messages"][-1]
-        if mode != "vllm-direct":
+        if not inline:
             last = {"role": "user", "content": "What is said in this clip?"}
         history = [*body["messages"][:-1], last, {"role": "assistant", "content": said or "."}]

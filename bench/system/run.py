@@ -15,6 +15,8 @@ waves of a clip (bench/system/split.py).
     gateway-data                 metadata.audio_path through the gateway, `repeats = "data"`
     gateway-reference            the same, `repeats = "reference"`
     gateway-reference-normalize  the same, with `[normalize]` on (16 kHz mono PCM_16)
+    gateway-inline-reference     the client's data URIs (as vllm-direct) through the gateway,
+                                 `repeats = "reference"`: later copies go uuid-only
 
 Workloads: waves of 16 concurrent seeds of one new clip (3 s and 30 s; 16 kHz mono WAV and
 FLAC, 44.1 kHz stereo WAV and MP3), 4-turn conversations re-sending their clip, first copies
@@ -45,7 +47,7 @@ from bench.shared.clients import (
     ClientPools,
     describe,
 )
-from bench.shared.real_engine import ENGINE_FLAGS, MODEL, SEEDS, chat_body
+from bench.shared.real_engine import ENGINE_FLAGS, INLINE_MODES, MODEL, SEEDS, chat_body
 from bench.shared.results import RESULTS_DIR
 from bench.shared.servers import ServerProcess, free_port, start
 from bench.shared.speech_clips import FORMS, write_clip
@@ -56,11 +58,18 @@ from engine.server import EngineServer, EngineSpec, build_models, engine_venv
 CONVERSATIONS = 4
 FIRST_COPIES = 8
 REQUEST_TIMEOUT_S = 300
-MODES = ("vllm-direct", "gateway-data", "gateway-reference", "gateway-reference-normalize")
+MODES = (
+    "vllm-direct",
+    "gateway-data",
+    "gateway-reference",
+    "gateway-reference-normalize",
+    "gateway-inline-reference",
+)
 GATEWAY_CONFIG = {
     "gateway-data": '[splice]\nrepeats = "data"\n',
     "gateway-reference": '[splice]\nrepeats = "reference"\n',
     "gateway-reference-normalize": '[splice]\nrepeats = "reference"\n[normalize]\nenabled = true\n',
+    "gateway-inline-reference": '[splice]\nrepeats = "reference"\n',
 }
 SIZE_METRIC = re.compile(
     r'^http_request_size_bytes_sum\{[^}]*handler="/v1/chat/completions"[^}]*\} (\S+)$', re.M
@@ -288,8 +297,8 @@ async def run_plan(
                 if workload.form is None and mode != "vllm-direct":
                     continue
                 form = workload.form
-                if mode == "vllm-direct" and form and form.needs_resampling and not resampling:
-                    note = f"{workload.name} | vllm-direct: this vLLM cannot resample"
+                if mode in INLINE_MODES and form and form.needs_resampling and not resampling:
+                    note = f"{workload.name} | {mode}: this vLLM cannot resample"
                     skipped += [] if note in skipped else [note]
                     continue
                 await bench.run(workload, mode)
