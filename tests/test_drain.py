@@ -25,9 +25,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import WSMsgType
+from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
+from gateway.serving.drain import InFlight
 from gateway.stub_upstream import StubState
 from tests.test_config import REPO_ROOT, free_port
 
@@ -401,3 +402,33 @@ class TestSignals:
             assert await gateway.exit_code() == 0
             assert asyncio.get_running_loop().time() - sent_at < drain_seconds
         assert "Traceback" not in "\n".join(gateway.log)
+
+
+class TestIdleConnections:
+    async def test_an_answer_still_being_written_is_not_cut_by_the_drain(self) -> None:
+        """The drain closes idle connections; one whose handler has returned but whose answer
+        aiohttp has not written yet is not idle (closed then, the answer was lost: a listener's
+        last poll at the drain's end saw it cut, under load)."""
+        in_flight = InFlight()
+        reached, release = asyncio.Event(), asyncio.Event()
+
+        async def hello(request: web.Request) -> web.Response:
+            return web.json_response({"status": "ok"})
+
+        async def before_writing(request: web.Request, response: web.StreamResponse) -> None:
+            reached.set()  # the handler has returned; aiohttp is about to write its answer
+            await release.wait()
+
+        app = web.Application(middlewares=[in_flight.middleware()])
+        app.router.add_get("/", hello)
+        app.on_response_prepare.append(before_writing)
+        async with TestServer(app) as server, aiohttp.ClientSession() as session:
+            answer = asyncio.ensure_future(session.get(server.make_url("/")))
+            await reached.wait()
+            in_flight.start_draining()
+            assert server.runner.server is not None
+            assert in_flight.close_idle_connections(server.runner.server.connections) == 0
+            release.set()
+            async with await answer as response:
+                assert await response.json() == {"status": "ok"}
+            await asyncio.wait_for(in_flight.wait_idle(), BOUND_SECONDS)

@@ -26,7 +26,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class InFlight:
-    """The handlers running now (one asyncio task each), and whether a drain has started."""
+    """The requests in flight (one asyncio task each, from the handler's start until its answer
+    is written), and whether a drain has started."""
 
     def __init__(self) -> None:
         self._tasks: dict[asyncio.Task[object], web.Request] = {}
@@ -42,24 +43,28 @@ class InFlight:
 
         @web.middleware
         async def track_in_flight(request: web.Request, handler: Handler) -> web.StreamResponse:
+            # The request's own task (aiohttp runs each in one): it ends once the answer is
+            # written, after this returns, so its connection is not taken for idle meanwhile.
             task = asyncio.current_task()
             assert task is not None
             tasks[task] = request
+            task.add_done_callback(self._done)
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # a redirect, say: still the last on its connection
                 if self.draining:
                     exc.force_close()
                 raise
-            finally:
-                del tasks[task]
-                if not tasks:
-                    self._idle.set()
             if self.draining:
                 response.force_close()
             return response
 
         return track_in_flight
+
+    def _done(self, task: asyncio.Task[object]) -> None:
+        del self._tasks[task]
+        if not self._tasks:
+            self._idle.set()
 
     def start_draining(self) -> None:
         self.draining = True
@@ -68,8 +73,10 @@ class InFlight:
         return sum(1 for request in self._tasks.values() if is_websocket_upgrade(request))
 
     def close_idle_connections(self, connections: Iterable[RequestHandler]) -> int:
-        """Close the connections with no handler running (idle keep-alives, or a request whose
-        head has not fully arrived); the busy ones close after their answer. Returns how many."""
+        """Close the connections with no request in flight (idle keep-alives, or a request whose
+        head has not fully arrived); the busy ones close after their answer. A handler that has
+        returned keeps its connection busy until aiohttp has written its answer: closed then,
+        the answer would be cut. Returns how many."""
         busy = {request.protocol for request in self._tasks.values()}
         idle = [connection for connection in connections if connection not in busy]
         for connection in idle:
