@@ -31,8 +31,15 @@ from gateway.workers.port import (
     read_listeners,
     refuse_shared,
 )
-from tests.test_config import REPO_ROOT
-from tests.test_drain import BOUND_SECONDS, Gateway, collect_stderr, fresh_session, until
+from tests.test_config import REPO_ROOT, free_port
+from tests.test_drain import (
+    BOUND_SECONDS,
+    START_SECONDS,
+    Gateway,
+    collect_stderr,
+    fresh_session,
+    until,
+)
 from tests.test_workers import (
     log_records,
     scrapes_from_both_workers,
@@ -40,6 +47,15 @@ from tests.test_workers import (
     until_ready,
     worker_pids,
 )
+
+
+def workers_config(stub_server: TestServer, tmp_path: Path, *lines: str) -> Path:
+    """A config of two workers with JSON logs in front of the stub, `lines` added to [server]."""
+    upstream = str(stub_server.make_url("")).rstrip("/")
+    server = ["workers = 2", "malloc_tuning = false", 'log_format = "json"', *lines]
+    config = tmp_path / "gateway.toml"
+    config.write_text("[server]\n" + "\n".join(server) + f'\n[upstream]\nurl = "{upstream}"\n')
+    return config
 
 
 @contextlib.contextmanager
@@ -80,7 +96,7 @@ class TestThePortIsTheGatewaysOwn:
     def test_a_gateway_that_bound_between_the_probe_and_the_bind_is_refused(self) -> None:
         """The window of two gateways started in the same instant, step by step: the other
         one's sockets listen only after this one's probe passed."""
-        server = validate_config({"server": {"host": "127.0.0.1", "port": free_port_now()}}).server
+        server = validate_config({"server": {"host": "127.0.0.1", "port": free_port()}}).server
         port = probed_port(server)
         with listening("127.0.0.1", port.number) as other:
             other_inode = inode(other)
@@ -96,14 +112,9 @@ class TestThePortIsTheGatewaysOwn:
         self, stub_server: TestServer, tmp_path: Path
     ) -> None:
         """Each refuses (status 2, naming the port) or serves; never both on one port."""
-        upstream = str(stub_server.make_url("")).rstrip("/")
-        config = tmp_path / "gateway.toml"
-        config.write_text(
-            f'[server]\nworkers = 2\nmalloc_tuning = false\nlog_format = "json"\n'
-            f'[upstream]\nurl = "{upstream}"\n'
-        )
-        for _ in range(3):
-            port = free_port_now()
+        config = workers_config(stub_server, tmp_path)
+        for _ in range(2):
+            port = free_port()
             argv = (sys.executable, "-m", "gateway", "serve", "--config", str(config))
             async with (
                 started(*argv, "--port", str(port)) as first,
@@ -157,16 +168,10 @@ class TestPortZero:
     async def test_every_worker_serves_the_one_port_the_supervisor_got(
         self, stub_server: TestServer, tmp_path: Path
     ) -> None:
-        upstream = str(stub_server.make_url("")).rstrip("/")
-        config = tmp_path / "gateway.toml"
-        config.write_text(
-            "[server]\nworkers = 2\nmalloc_tuning = false\naccess_log = true\n"
-            f'log_format = "json"\n[upstream]\nurl = "{upstream}"\n'
-        )
+        config = workers_config(stub_server, tmp_path, "access_log = true")
         argv = (sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0")
         async with started(*argv) as gateway, fresh_session() as session:
-            await until(lambda: shared_port(gateway) is not None)
-            gateway.port = shared_port(gateway) or 0
+            gateway.port = await port_logged(gateway)
             await until_ready(session, gateway)
             await scrapes_from_both_workers(session, gateway)  # both answer on that port
             assert len(worker_pids(gateway)) == 2
@@ -230,17 +235,16 @@ def directory_of_a_killed_supervisor(parent: Path) -> Path:
     return path
 
 
-def shared_port(gateway: Gateway) -> int | None:
-    for record in log_records(gateway):
-        if "the workers share port" in record["message"]:
-            return int(record["message"].rsplit(" ", 1)[1])
-    return None
-
-
-def free_port_now() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+async def port_logged(gateway: Gateway) -> int:
+    """The port the supervisor says its workers share (`port = 0`)."""
+    deadline = asyncio.get_running_loop().time() + START_SECONDS  # a guard, for a loaded machine
+    while True:
+        for record in log_records(gateway):
+            if "the workers share port" in record["message"]:
+                return int(record["message"].rsplit(" ", 1)[1])
+        assert gateway.process.returncode is None, gateway.log
+        assert asyncio.get_running_loop().time() < deadline, gateway.log
+        await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -266,7 +270,7 @@ async def started(*argv: str) -> AsyncIterator[Gateway]:
 
 async def settled(gateway: Gateway) -> str | int:
     """ "serving" once both workers serve, or the exit status if it exited first."""
-    deadline = asyncio.get_running_loop().time() + BOUND_SECONDS
+    deadline = asyncio.get_running_loop().time() + START_SECONDS  # a guard, for a loaded machine
     while gateway.process.returncode is None and len(worker_pids(gateway)) < 2:
         assert asyncio.get_running_loop().time() < deadline, gateway.log
         await asyncio.sleep(0.05)

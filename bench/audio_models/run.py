@@ -16,6 +16,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from bench.shared import procstat
+from bench.shared.results import RESULTS_DIR
+from bench.shared.servers import ServerProcess, free_port, start
+
 RESULTS_NAME = "audio-models"
 SEEDS = 16
 MAX_TOKENS = 4
@@ -117,8 +121,6 @@ class Pair:
         self.api_pid: int = engine.process.pid
 
     def reading(self) -> tuple[float, float, float]:
-        from bench.shared import procstat
-
         return (
             procstat.cpu_seconds(self.api_pid),
             procstat.total_cpu_seconds(procstat.process_tree(self.api_pid)),
@@ -168,9 +170,7 @@ async def wave(pair: Pair, model: Model, mode: str, clip: Path, cell: Cell, sess
     cell.gateway_s += after[2] - before[2]
 
 
-def start_gateway(workdir: Path, model: Model, upstream: str, clips: Path) -> Any:
-    from bench.shared.modes import ServerProcess, free_port, start
-
+def start_gateway(workdir: Path, model: Model, upstream: str, clips: Path) -> ServerProcess:
     port = free_port()
     config = workdir / f"gateway-{model.built}.toml"
     config.write_text(
@@ -287,8 +287,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from bench.shared.results import RESULTS_DIR
-
     started = time.monotonic()
     result = asyncio.run(run(args))
     result["seconds_total"] = time.monotonic() - started

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Hashable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, Protocol, TypeVar
 
 from cachetools import LRUCache
 
@@ -28,6 +28,8 @@ from .encoder import EncodedAudio, StreamedAudio
 from .sources import AudioSource
 
 CacheKey = tuple[Hashable, bool]  # the source's content key, and `raw`
+_K = TypeVar("_K", bound=Hashable)
+_T = TypeVar("_T")
 
 
 class Weighed(Protocol):
@@ -69,7 +71,7 @@ class AudioStore:
             maxsize=max(config.max_bytes, 1), getsizeof=lambda entry: entry.nbytes
         )
         self._content_by_identity: dict[Hashable, Hashable] = {}  # a source's latest version
-        self._inflight: dict[CacheKey, tuple[asyncio.Task[EncodedAudio], PathAudio]] = {}
+        self._inflight: SharedLoads[CacheKey, EncodedAudio] = SharedLoads()
         metrics.cache_bytes.set_function(lambda: self.bytes)
         metrics.cache_entries.set_function(lambda: self.entries)
 
@@ -98,21 +100,11 @@ class AudioStore:
         if entry is not None:
             self._metrics.cache_hits.inc()
             return entry  # type: ignore[return-value]  # (content, raw) keys hold EncodedAudio
-        load = self._inflight.get(key)
-        if load is not None:
+        if key in self._inflight:
             self._metrics.cache_hits.inc()
         else:
             self._metrics.cache_misses.inc()
-            load = asyncio.create_task(self._load_and_store(key, clip)), clip.ref
-            self._inflight[key] = load
-            load[0].add_done_callback(lambda done: self._forget(key, done))
-        try:
-            # shield: a cancelled requester must not cancel the load the others wait on.
-            return await asyncio.shield(load[0])
-        except GatewayError as error:
-            if load[1] is clip.ref:
-                raise
-            raise as_seen_by(error, load[1], clip.ref) from None
+        return await self._inflight.get(key, clip.ref, lambda: self._load_and_store(key, clip))
 
     def cached(self, key: Hashable) -> Weighed | None:
         """A derived entry kept with `keep` (its key must not be a `CacheKey`), or None."""
@@ -155,11 +147,6 @@ class AudioStore:
         self._prune_identity_index()
         return entry
 
-    def _forget(self, key: CacheKey, task: asyncio.Task[EncodedAudio]) -> None:
-        self._inflight.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved here, so a load nobody awaits any more is not logged
-
     def _prune_identity_index(self) -> None:
         if len(self._content_by_identity) > 2 * len(self._lru) + 64:
             self._content_by_identity = {
@@ -167,6 +154,37 @@ class AudioStore:
                 for identity, content in self._content_by_identity.items()
                 if (content, False) in self._lru or (content, True) in self._lru
             }
+
+
+class SharedLoads(Generic[_K, _T]):
+    """Loads in flight by key (single-flight): a request for a key being loaded waits for that
+    load instead of starting another. Only the event loop touches it, so it needs no lock."""
+
+    def __init__(self) -> None:
+        self._loads: dict[_K, tuple[asyncio.Task[_T], PathAudio]] = {}
+
+    def __contains__(self, key: _K) -> bool:
+        return key in self._loads
+
+    async def get(self, key: _K, ref: PathAudio, load: Callable[[], Awaitable[_T]]) -> _T:
+        """The result of the load of `key` in flight, or of `load()` started now for `ref`. A
+        cancelled requester does not cancel it for the others; its error is worded for each
+        requester (its own key and path)."""
+        shared = self._loads.get(key)
+        if shared is None:
+            shared = self._loads[key] = asyncio.ensure_future(load()), ref
+            shared[0].add_done_callback(lambda done: self._forget(key, done))
+        try:
+            return await asyncio.shield(shared[0])
+        except GatewayError as error:
+            if shared[1] is ref:
+                raise
+            raise as_seen_by(error, shared[1], ref) from None
+
+    def _forget(self, key: _K, task: asyncio.Task[_T]) -> None:
+        self._loads.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here, so a load nobody awaits any more is not logged
 
 
 def as_seen_by(error: GatewayError, loader: PathAudio, requester: PathAudio) -> GatewayError:

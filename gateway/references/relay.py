@@ -79,11 +79,13 @@ class ReferenceRelay:
         `answer` with the upstream's response, sending it again with every clip's data when
         that one missed or was refused."""
         references, sending = await self._plan(body)
+        # Taken as it is sent: a reference that misses says the layout forgets clips, even when
+        # a sibling's miss (the same clip's other seeds, sent at once) made the gateway forget it.
+        recent = self.clips.recently_held(references)
         try:
             upstream = await self._send(pool, target, headers, body, references, sending)
             if not references:
                 return await answer(_Watched(upstream, [], upstream.chunks(), sending, watch=True))
-            recent = self.clips.recently_held(references)  # a miss now says the layout forgets
             reason, held, rest = await _first_answer(upstream)
             if reason is None:
                 self._saved.inc(body.by_reference(references)[1])

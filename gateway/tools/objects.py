@@ -18,11 +18,10 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
-from ..audio.cache import as_seen_by
+from ..audio.cache import SharedLoads
 from ..audio.durations import HEADER_BYTES, AudioHeader
 from ..audio.sources.objects import ObjectClip, object_sources
 from ..config import Config
-from ..errors import GatewayError
 from ..metrics import GatewayMetrics
 from ..naming.sidechannel import PathAudio
 from ..normalize.form import WavFormat, wav_format
@@ -41,7 +40,7 @@ class ObjectChecks:
         self._normalize = config.normalize.enabled
         self._heads: LRUCache[Hashable, ObjectHead] = LRUCache(maxsize=HEAD_MEMO_ENTRIES)
         # The reads in flight, by the same key: rows naming one object at once share its GET.
-        self._reading: dict[Hashable, tuple[asyncio.Task[ObjectHead], PathAudio]] = {}
+        self._reading: SharedLoads[Hashable, ObjectHead] = SharedLoads()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
@@ -89,22 +88,7 @@ class ObjectChecks:
         known = self._heads.get(key)
         if known is not None:
             return known
-        reading = self._reading.get(key)
-        if reading is None:
-            reading = asyncio.ensure_future(self._read_head(key, clip)), clip.ref
-            self._reading[key] = reading
-            reading[0].add_done_callback(lambda done: self._done_reading(key, done))
-        try:
-            return await asyncio.shield(reading[0])
-        except GatewayError as error:
-            if reading[1] is clip.ref:
-                raise
-            raise as_seen_by(error, reading[1], clip.ref) from None
-
-    def _done_reading(self, key: Hashable, task: asyncio.Task[ObjectHead]) -> None:
-        self._reading.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved here: a read whose waiters were cancelled is not logged
+        return await self._reading.get(key, clip.ref, lambda: self._read_head(key, clip))
 
     async def _read_head(self, key: Hashable, clip: ObjectClip) -> ObjectHead:
         audio = await clip.load(encode=False, digest=False)
