@@ -16,6 +16,9 @@ Three servers, chosen to need as few start-ups (~50 s each) as the tests allow:
   (its venv: `.ci/router/install`, ROUTER_VENV), stopped at the end of the test; `smg_venv`
   is SMG's (`.ci/smg/install`, SMG_VENV), whose tests start SMG once per module.
 
+Voxtral, Audio Flamingo 3 and GLM-ASR are not among them: test_audio_models.py starts one
+server of each in turn for its own tests and stops it after (tests/engine/audio_models.py).
+
 Without the engine's venv (`engine/install`) the tests are skipped with the command to run,
 except in CI (`CI=true`) or with `AUDIO_GATEWAY_ENGINE=required`, where they fail. An engine
 that is installed but does not start fails its tests with vLLM's own log tail.
