@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.tiny.common import (
+    chat_tokenizer,
     feature_extractor,
     name_tokenizer_class,
     save_random_model,
-    train_bpe,
     write_generation_config,
 )
 
@@ -48,18 +48,9 @@ def build_audio_flamingo3(out: Path) -> Path:
         AudioFlamingo3Config,
         AudioFlamingo3ForConditionalGeneration,
         AudioFlamingo3Processor,
-        PreTrainedTokenizerFast,
     )
 
-    bpe = train_bpe(BPE_SIZE, list(SPECIAL_TOKENS))
-    ids = {token: bpe.token_to_id(token) for token in SPECIAL_TOKENS}
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        model_max_length=32768,
-        clean_up_tokenization_spaces=False,
-    )
+    tokenizer, ids = chat_tokenizer(BPE_SIZE, list(SPECIAL_TOKENS), eos_token="<|im_end|>")
     processor = AudioFlamingo3Processor(
         feature_extractor=feature_extractor(128, attention_mask=True),
         tokenizer=tokenizer,

@@ -46,6 +46,25 @@ def train_bpe(vocab_size: int, special_tokens: list[str]) -> Any:
     return tokenizer
 
 
+def chat_tokenizer(
+    vocab_size: int, special_tokens: list[str], eos_token: str
+) -> tuple[Any, dict[str, int]]:
+    """A chat model's fast tokenizer over `train_bpe`'s BPE (`<|endoftext|>` pads), and the
+    special tokens' ids."""
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = train_bpe(vocab_size, special_tokens)
+    ids = {token: bpe.token_to_id(token) for token in special_tokens}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=eos_token,
+        pad_token="<|endoftext|>",
+        model_max_length=32768,
+        clean_up_tokenization_spaces=False,
+    )
+    return tokenizer, ids
+
+
 def feature_extractor(mel_bins: int, attention_mask: bool) -> Any:
     from transformers import WhisperFeatureExtractor
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.tiny.common import (
+    chat_tokenizer,
     feature_extractor,
     name_tokenizer_class,
     save_random_model,
-    train_bpe,
     write_generation_config,
 )
 
@@ -55,18 +55,9 @@ def build_glm_asr(out: Path) -> Path:
         GlmAsrConfig,
         GlmAsrForConditionalGeneration,
         GlmAsrProcessor,
-        PreTrainedTokenizerFast,
     )
 
-    bpe = train_bpe(BPE_SIZE, list(SPECIAL_TOKENS))
-    ids = {token: bpe.token_to_id(token) for token in SPECIAL_TOKENS}
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        model_max_length=32768,
-        clean_up_tokenization_spaces=False,
-    )
+    tokenizer, ids = chat_tokenizer(BPE_SIZE, list(SPECIAL_TOKENS), eos_token="<|endoftext|>")
     processor = GlmAsrProcessor(
         feature_extractor=feature_extractor(128, attention_mask=True),
         tokenizer=tokenizer,

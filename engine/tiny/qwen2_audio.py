@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.tiny.common import (
+    chat_tokenizer,
     feature_extractor,
     name_tokenizer_class,
     save_random_model,
-    train_bpe,
     write_generation_config,
 )
 
@@ -49,20 +49,13 @@ QWEN_CHAT_TEMPLATE = (
 def build_qwen2_audio(out: Path) -> Path:
     """The tiny Qwen2AudioForConditionalGeneration directory at `out`."""
     from transformers import (
-        PreTrainedTokenizerFast,
         Qwen2AudioConfig,
         Qwen2AudioForConditionalGeneration,
         Qwen2AudioProcessor,
     )
 
-    bpe = train_bpe(QWEN_BPE_SIZE, list(QWEN_SPECIAL_TOKENS))
-    ids = {token: bpe.token_to_id(token) for token in QWEN_SPECIAL_TOKENS}
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        model_max_length=32768,
-        clean_up_tokenization_spaces=False,
+    tokenizer, ids = chat_tokenizer(
+        QWEN_BPE_SIZE, list(QWEN_SPECIAL_TOKENS), eos_token="<|im_end|>"
     )
     processor = Qwen2AudioProcessor(
         feature_extractor=feature_extractor(128, attention_mask=True),

@@ -50,7 +50,8 @@ CHECK_MISSES = (
     "uuid of parts with data unless started with --max-buffered-request-bytes 0), vLLM's "
     "API-server count (each API server keeps its own cache: --api-server-count 1, or one port "
     "per API server behind a router with the clip key), and --mm-processor-cache-gb "
-    "(0 turns the cache off)"
+    "(0 turns the cache off); a vLLM replica that just restarted or left a router's ring misses "
+    "the references to the clips it held too, and then references come back with the retry"
 )
 CHECK_REFUSED = (
     "check: the model's tokenizer mode (--tokenizer-mode mistral refuses uuid-only parts), "

@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 
 from engine.server import EngineServer, EngineStartError
-from tests.conftest import gateway_metrics
 from tests.engine.helpers import (
     BOUND_SECONDS,
     CHAT,
@@ -39,6 +38,7 @@ from tests.engine.helpers import (
     delta,
     engine_metrics,
     make_gateway_client,
+    reference_counters,
 )
 from tests.engine.specs import AUDIO_FLAMINGO3, GLM_ASR, VOXTRAL, model_specs, special_tokens
 
@@ -169,17 +169,6 @@ async def heard(gateway: Client, served: Served, body: dict[str, Any]) -> int:
 
 def data_uri(path: Path) -> str:
     return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
-
-
-async def reference_counters(gateway: Client) -> dict[str, float]:
-    samples = await gateway_metrics(gateway)
-    names = {
-        "data": 'audio_gateway_audio_parts_total{form="data"}',
-        "reference": 'audio_gateway_audio_parts_total{form="reference"}',
-        "refused": 'audio_gateway_reference_retries_total{reason="refused"}',
-        "cache_miss": 'audio_gateway_reference_retries_total{reason="cache_miss"}',
-    }
-    return {short: samples.get(name, 0.0) for short, name in names.items()}
 
 
 async def wave(gateway: Client, served: Served, name: str) -> tuple[dict[str, float], ...]:

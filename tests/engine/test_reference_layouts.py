@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from engine.server import EngineServer, EngineStartError
-from tests.conftest import gateway_metrics
 
 from .helpers import (
     CHAT,
@@ -34,8 +33,10 @@ from .helpers import (
     count,
     delta,
     engine_metrics,
+    health_models,
     make_gateway_client,
     post_json,
+    reference_counters,
     write_clip,
 )
 from .specs import QWEN, specs
@@ -56,16 +57,6 @@ def inline_body(path: Path) -> dict[str, Any]:
     return chat_body(messages=[{"role": "user", "content": [audio, text]}], return_token_ids=True)
 
 
-async def reference_counters(gateway: Client) -> dict[str, float]:
-    samples = await gateway_metrics(gateway)
-    names = {
-        "data": 'audio_gateway_audio_parts_total{form="data"}',
-        "reference": 'audio_gateway_audio_parts_total{form="reference"}',
-        "cache_miss": 'audio_gateway_reference_retries_total{reason="cache_miss"}',
-    }
-    return {short: samples.get(name, 0.0) for short, name in names.items()}
-
-
 async def test_inlined_waves_by_reference_are_one_processing_a_clip(
     qwen_engine: EngineServer, clip_dir: Path, qwen_tokens: dict[str, int]
 ) -> None:
@@ -84,7 +75,7 @@ async def test_inlined_waves_by_reference_are_one_processing_a_clip(
             assert heard == [audio_tokens_for(SECONDS)] * SEEDS
             assert all(len(a["choices"][0]["token_ids"]) == MAX_TOKENS for a in answers)
             ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
-            assert ours == {"data": 1, "reference": SEEDS - 1, "cache_miss": 0}
+            assert ours == {"data": 1, "reference": SEEDS - 1, "refused": 0, "cache_miss": 0}
             queries, hits = MM_CACHE
             assert delta(engine_before, engine_after, *MM_CACHE) == {
                 queries: SEEDS,
@@ -130,12 +121,6 @@ async def api2_gateway(two_api_servers: tuple[EngineServer, Path]) -> AsyncItera
     client = await make_gateway_client(engine, root, splice=PATIENT)
     yield client
     await client.close()
-
-
-async def health_models(gateway: Client) -> dict[str, Any]:
-    answer = await (await gateway.get("/gateway/health")).json()
-    models: dict[str, Any] = answer["references"]["models"]
-    return models
 
 
 async def test_two_api_servers_by_reference_get_only_200s_and_a_miss_per_clip_at_most(

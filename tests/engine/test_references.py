@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from engine.server import EngineServer
-from tests.conftest import gateway_metrics
 
 from .helpers import (
     CHAT,
@@ -34,6 +33,7 @@ from .helpers import (
     engine_metrics,
     make_gateway_client,
     post_json,
+    reference_counters,
     stream_chat,
     write_clip,
 )
@@ -42,16 +42,6 @@ pytestmark = pytest.mark.timeout(180, func_only=True)
 REFERENCE = {"splice": {"repeats": "reference"}}
 SEEDS = 16
 SECONDS = 3.0
-
-
-async def reference_counters(gateway: Client) -> dict[str, float]:
-    samples = await gateway_metrics(gateway)
-    names = {
-        "data": 'audio_gateway_audio_parts_total{form="data"}',
-        "reference": 'audio_gateway_audio_parts_total{form="reference"}',
-        "cache_miss": 'audio_gateway_reference_retries_total{reason="cache_miss"}',
-    }
-    return {short: samples.get(name, 0.0) for short, name in names.items()}
 
 
 async def counters(
@@ -112,7 +102,7 @@ async def test_a_wave_of_seeds_is_one_data_part_and_one_processing(
     audio = qwen_tokens["<|AUDIO|>"]
     assert [count(ids, audio) for ids in prompts] == [audio_tokens_for(SECONDS)] * SEEDS
     ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
-    assert ours == {"data": 1, "reference": SEEDS - 1, "cache_miss": 0}
+    assert ours == {"data": 1, "reference": SEEDS - 1, "refused": 0, "cache_miss": 0}
     queries, hits = MM_CACHE
     assert delta(engine_before, engine_after, *MM_CACHE) == {queries: SEEDS, hits: SEEDS - 1}
     assert delta(engine_before, engine_after, *GENERATED) == {
@@ -158,7 +148,8 @@ async def test_a_real_miss_is_retried_into_a_200_generated_once(
 
     assert count(ids, qwen_tokens["<|AUDIO|>"]) == audio_tokens_for(SECONDS)
     ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
-    assert ours == {"data": 1, "reference": 1, "cache_miss": 1}  # the reference, then the data
+    # the reference, then the data
+    assert ours == {"data": 1, "reference": 1, "refused": 0, "cache_miss": 1}
     assert await chat_4xx(qwen_engine) - refused_before == 1  # vLLM's "Cache miss" 400
     assert delta(engine_before, engine_after, *GENERATED) == {
         GENERATED[0]: 1,

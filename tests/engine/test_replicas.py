@@ -15,10 +15,9 @@ from engine.router import RouterServer
 from engine.server import EngineServer
 
 from .conftest import RouterFactory
-from .helpers import write_clip
+from .helpers import reference_counters, write_clip
 from .replicas import SECONDS, SEEDS, guide_gateway, readings, shares, wave
 from .replicas_recipe import router_command
-from .test_references import reference_counters
 
 pytestmark = pytest.mark.timeout(600, func_only=True)
 # Clips keyed onto one replica until both have taken one: all MAX_CLIPS on one replica has a
@@ -51,7 +50,7 @@ async def test_with_the_key_a_clips_seeds_reach_one_replica_and_cost_one_process
             assert sorted(share.requests for share in by_replica) == [0, SEEDS], by_replica
             assert sum(share.processings for share in by_replica) == 1, by_replica
             ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
-            assert ours == {"data": 1, "reference": SEEDS - 1, "cache_miss": 0}
+            assert ours == {"data": 1, "reference": SEEDS - 1, "refused": 0, "cache_miss": 0}
             placed.append(next(i for i, share in enumerate(by_replica) if share.requests))
             if len(set(placed)) == 2:
                 break

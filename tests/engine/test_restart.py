@@ -26,10 +26,11 @@ from .helpers import (
     engine_metrics,
     make_gateway_client,
     post_json,
+    reference_counters,
     stream_chat,
 )
 from .helpers import write_clip as clip
-from .test_references import REFERENCE, counters, reference_counters
+from .test_references import REFERENCE, counters
 
 READY = "/gateway/ready"
 SECONDS = 2.0
@@ -92,7 +93,7 @@ async def test_a_restart_under_a_running_gateway(
             assert count(ids, audio) == audio_tokens_for(SECONDS)
             ours_after = await reference_counters(gateway)
             ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
-            assert ours == {"data": 1, "reference": 1, "cache_miss": 1}, name
+            assert ours == {"data": 1, "reference": 1, "refused": 0, "cache_miss": 1}, name
             assert await chat_4xx(qwen_engine) - refused_before == 1
             assert delta(engine_before, await engine_metrics(qwen_engine), *GENERATED) == {
                 GENERATED[0]: 1,

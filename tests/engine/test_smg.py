@@ -24,11 +24,10 @@ import pytest
 
 from engine.smg import SmgServer
 
-from .helpers import CHAT, Client, chat_body, write_clip
+from .helpers import CHAT, Client, chat_body, reference_counters, write_clip
 from .replicas import SECONDS, SEEDS, guide_gateway, readings, shares, wave
 from .replicas_recipe import SMG_TITLE, router_command
 from .specs import QWEN
-from .test_references import reference_counters
 from .test_replicas import MAX_CLIPS, Replicas
 
 pytestmark = pytest.mark.timeout(600, func_only=True)
@@ -111,7 +110,7 @@ async def one_wave(
     assert sum(share.processings for share in by_replica) == (1 if new else 0), by_replica
     ours = {k: ours_after[k] - ours_before[k] for k in ours_after}
     data = 1 if new else 0
-    assert ours == {"data": data, "reference": SEEDS - data, "cache_miss": 0}, ours
+    assert ours == {"data": data, "reference": SEEDS - data, "refused": 0, "cache_miss": 0}, ours
     held_by = next(i for i, share in enumerate(by_replica) if share.requests)
     url = replicas[held_by].url
     assert routed.get(url, 0) - routed_before.get(url, 0) == SEEDS, (routed_before, routed)
@@ -152,7 +151,7 @@ async def test_with_smgs_defaults_the_gateway_notices_the_stripped_uuids(
             answers = await wave(gateway, "stripped.wav")
             ours = {k: v - before[k] for k, v in (await reference_counters(gateway)).items()}
             assert [status for status, _, _ in answers] == [200] * SEEDS, answers
-            assert ours == {"data": SEEDS, "reference": 0, "cache_miss": 0}, ours
+            assert ours == {"data": SEEDS, "reference": 0, "refused": 0, "cache_miss": 0}, ours
     finally:
         await gateway.close()
 
