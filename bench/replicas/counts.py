@@ -7,33 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
-# (what the bench calls it, the sample's name, labels it must carry)
-Samples = tuple[tuple[str, str, dict[str, str]], ...]
+from bench.shared.samples import GATEWAY_SAMPLES, Samples, pick
+
 REPLICA_SAMPLES: Samples = (
     ("queries", "vllm:mm_cache_queries_total", {}),
     ("hits", "vllm:mm_cache_hits_total", {}),
     ("answered", "vllm:request_success_total", {}),
     ("refused", "http_requests_total", {"handler": "/v1/chat/completions", "status": "4xx"}),
 )
-GATEWAY_SAMPLES: Samples = (
-    ("data_parts", "audio_gateway_audio_parts_total", {"form": "data"}),
-    ("reference_parts", "audio_gateway_audio_parts_total", {"form": "reference"}),
-    ("misses", "audio_gateway_reference_retries_total", {"reason": "cache_miss"}),
-    ("retries", "audio_gateway_reference_retries_total", {}),
-)
-
-
-def pick(text: str, wanted: Samples) -> dict[str, float]:
-    """Each wanted sample summed over the label sets that carry its labels."""
-    found = dict.fromkeys((short for short, _, _ in wanted), 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            for short, name, labels in wanted:
-                if sample.name == name and labels.items() <= sample.labels.items():
-                    found[short] += sample.value
-    return found
 
 
 async def scrape(session: aiohttp.ClientSession, url: str) -> str:

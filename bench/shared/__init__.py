@@ -13,6 +13,7 @@
     points          one measured point, and the live bench a workload drives
     s3server        a local S3 server (moto) that counts what it answers
     real_engine     the real engine's model, flags and chat body (system, replicas, pairs)
+    samples         counters read from Prometheus text; the gateway's reference counters
     results         RESULTS_DIR: bench/results/
 
 May import: the gateway, engine/, and other modules of this room. Never a benchmark folder

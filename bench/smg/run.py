@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.shared.results import RESULTS_DIR
+from bench.shared.samples import GATEWAY_SAMPLES, Samples, read_samples
 from bench.shared.servers import ServerProcess, free_port, start, start_stub
 from bench.shared.speech_clips import FORMS, write_clip
 from bench.shared.stub_timing import VLLM_LIKE
@@ -43,18 +43,10 @@ MODEL = "stub-audio-model"
 KEY_FLAGS = ("--routing-key-headers", "x-session-id")  # the gateway's key header
 
 
-# (what the bench calls it, the sample's name, labels it must carry), summed over label sets
-Samples = tuple[tuple[str, str, dict[str, str]], ...]
 STUB_SAMPLES: Samples = (
     ("queries", "vllm:mm_cache_queries_total", {}),
     ("hits", "vllm:mm_cache_hits_total", {}),
     ("refused", "http_requests_total", {"handler": "/v1/chat/completions", "status": "4xx"}),
-)
-GATEWAY_SAMPLES: Samples = (
-    ("data_parts", "audio_gateway_audio_parts_total", {"form": "data"}),
-    ("reference_parts", "audio_gateway_audio_parts_total", {"form": "reference"}),
-    ("misses", "audio_gateway_reference_retries_total", {"reason": "cache_miss"}),
-    ("retries", "audio_gateway_reference_retries_total", {}),
 )
 
 
@@ -102,30 +94,17 @@ async def post(session: aiohttp.ClientSession, url: str, payload: dict[str, Any]
         return response.status
 
 
-async def samples(session: aiohttp.ClientSession, url: str, wanted: Samples) -> dict[str, float]:
-    """Each wanted sample of the Prometheus text at `url`, summed over the label sets that
-    carry its labels."""
-    async with session.get(url) as response:
-        text = await response.text()
-    found = dict.fromkeys((short for short, _, _ in wanted), 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            for short, name, labels in wanted:
-                if sample.name == name and labels.items() <= sample.labels.items():
-                    found[short] += sample.value
-    return found
-
-
 async def reading(
     session: aiohttp.ClientSession, stubs: list[ServerProcess], smg: SmgServer, gateway: str
 ) -> dict[str, float]:
     """Everything counted so far: the stubs' (summed), SMG's and the gateway's."""
     found = dict.fromkeys((short for short, _, _ in STUB_SAMPLES), 0.0)
     for stub in stubs:
-        for short, value in (await samples(session, f"{stub.url}/metrics", STUB_SAMPLES)).items():
+        counted = await read_samples(session, f"{stub.url}/metrics", STUB_SAMPLES)
+        for short, value in counted.items():
             found[short] += value
     found["upstream"] = sum(smg.worker_samples("worker_requests_total").values())
-    ours = await samples(session, f"{gateway}/gateway/metrics", GATEWAY_SAMPLES)
+    ours = await read_samples(session, f"{gateway}/gateway/metrics", GATEWAY_SAMPLES)
     return {**found, **ours}
 
 
