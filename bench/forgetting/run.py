@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.shared import servers
+from bench.shared.samples import parse_metrics
 from gateway.audio.samples import write_tone
 
 LAYOUTS = {
@@ -104,16 +104,6 @@ async def run_layout(name: str, args: argparse.Namespace, workdir: Path) -> dict
         gateway.stop()
         stub.stop()
     return {"layout": name, "clips": args.clips, "waves": rows, **summary(rows, args.clips)}
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text as {sample: value}, a labelled sample keyed `name{k="v",...}`."""
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return samples
 
 
 def summary(rows: list[dict[str, Any]], clips: int) -> dict[str, Any]:

@@ -24,12 +24,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.repeats.driver import Tally, drive
 from bench.repeats.frontend import frontend_cpu
 from bench.shared import procstat, servers
 from bench.shared.points import BenchRun, summarise_latencies
+from bench.shared.samples import parse_metrics
 from bench.shared.workloads import STEREO_SECONDS, ClipSet, make_stereo_clips
 
 REPEATS_WORKLOAD_KEY = "repeats"
@@ -199,13 +198,7 @@ def start_repeats_gateway(
 
 def read_metrics(origin: str) -> dict[str, float]:
     with urllib.request.urlopen(origin + "/gateway/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return samples
+        return parse_metrics(reply.read().decode())
 
 
 def read_json(url: str) -> dict[str, Any]:

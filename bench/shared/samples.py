@@ -1,5 +1,6 @@
-"""Counters read from Prometheus text: a benchmark names the samples it wants and gets each
-summed over the label sets that carry its labels; the gateway's reference counters, named once."""
+"""Counters read from Prometheus text: every sample by its labelled name, or the samples a
+benchmark names, each summed over the label sets that carry its labels; the gateway's reference
+counters, named once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ GATEWAY_SAMPLES: Samples = (
     ("misses", "audio_gateway_reference_retries_total", {"reason": "cache_miss"}),
     ("retries", "audio_gateway_reference_retries_total", {}),
 )
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text as {sample: value}, a labelled sample keyed `name{k="v",...}`."""
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
 
 
 def pick(text: str, wanted: Samples) -> dict[str, float]:
