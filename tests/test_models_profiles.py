@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,21 @@ class TestKnown:
         (mistral / "params.json").write_text(json.dumps(params))
         assert architecture_in_dir(str(mistral)) == VOXTRAL
         assert architecture_in_dir(str(tmp_path / "absent")) is None
+
+    def test_only_regular_files_are_read_in_a_model_directory(self, tmp_path: Path) -> None:
+        # A FIFO named config.json would block a plain open() until a writer came: it is
+        # passed over, and so is a directory; params.json beside them still places the model.
+        os.mkfifo(tmp_path / "config.json")
+        (tmp_path / "params.json").mkdir()
+        assert architecture_in_dir(str(tmp_path)) is None
+        (tmp_path / "params.json").rmdir()
+        params = {"multimodal": {"whisper_model_args": {"encoder_args": {}}}}
+        (tmp_path / "params.json").write_text(json.dumps(params))
+        assert architecture_in_dir(str(tmp_path)) == VOXTRAL
+        big = tmp_path / "big"
+        big.mkdir()
+        (big / "config.json").write_text(json.dumps({"architectures": [AF3], "x": "y" * 2**20}))
+        assert architecture_in_dir(str(big)) is None  # over the size a model file may have
 
 
 class Upstream:

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import os
+import stat
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -175,8 +176,16 @@ def architecture_in_dir(root: str) -> str | None:
 
 
 def _read_json(path: str) -> Any:
+    """A regular file's JSON (never a FIFO or device: opened without blocking, checked after
+    opening), None when it is not there, not a regular file, too large or not JSON."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
             data = handle.read(MODEL_FILE_MAX_BYTES + 1)
     except OSError:
         return None
