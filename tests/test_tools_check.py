@@ -95,6 +95,9 @@ BAD_ROWS: list[tuple[str, Any, str | None, str | None]] = [
     ("invalid_audio_reference", chat({"audio_data": "data:text/plain;base64,QUJD"}), D, None),
     ("invalid_audio_reference", chat({"audio_paths": "not json"}), PS, None),
     ("too_many_clips", paths("a.wav", "b.wav", "c.wav"), PS, None),
+    # within [audio] max_clips, over its model's limit: Audio Flamingo 3 takes 1 a prompt
+    ("too_many_clips", {**paths("a.wav", "b.wav"), "model": "nvidia/audio-flamingo-3-hf"}, PS,
+     None),
     ("unsupported_audio_format", paths("a.wav", "x.aac"), PS, "x.aac"),
     ("unsupported_by_audio_bridge", {**responses({"audio_path": "a.wav"}), "tools": [{}]},
      "tools[0].type", None),
@@ -284,6 +287,31 @@ async def test_check_and_the_server_give_each_bad_row_the_same_code(
             key and key.split("responses_create_params.")[-1],
         ), raw[:80]
     assert not stub.audio_requests
+
+
+def test_a_rows_model_is_held_to_its_clips_per_prompt(audio_dir: Path, tmp_path: Path) -> None:
+    """The model placed by a `[models]` table (and its override) or by its served name; a model
+    check cannot place gets the global settings."""
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'[audio]\nroot = "{audio_dir}"\n'
+        '[models."af3"]\narchitecture = "AudioFlamingo3ForConditionalGeneration"\n'
+        '[models."af3-two"]\narchitecture = "AudioFlamingo3ForConditionalGeneration"\n'
+        "clips_per_prompt = 2\n"
+    )
+    two = paths("a.wav", "b.wav")
+    rows = [
+        {**two, "model": "af3"},
+        {**two, "model": "af3-two"},
+        {**two, "model": "org/GLM-ASR-Nano-2512"},
+        {**two, "model": "my-finetune"},
+        {**paths("a.wav"), "model": "af3"},
+    ]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    code, summary = run_json("check", str(data), "--config", str(config))
+    assert code == 1
+    assert error_examples(summary) == {"too_many_clips": [(1, PS, None), (3, PS, None)]}
+    assert summary["rows"] == 5 and summary["rows_with_errors"] == 2
 
 
 def test_a_13_mb_inline_row_is_checked(audio_dir: Path, tmp_path: Path) -> None:

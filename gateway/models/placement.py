@@ -99,6 +99,18 @@ class Placement:
             log.debug("model %r: not placed yet; this request gets the global settings", name)
             return resolve(name, self._config, None, PROFILES)
 
+    def rules_offline(self, name: Any) -> ModelRules:
+        """The rules of served model `name` as far as they are known without asking the
+        upstream (the dataset tools): its `[models]` table, else the served name against the
+        known repo names, else the global settings."""
+        if not isinstance(name, str):
+            return resolve("", self._config, None, PROFILES)
+        if (configured := self._configured.get(name)) is not None:
+            return configured
+        by_name = architecture_of_name(name)
+        found = (by_name, "served name") if by_name is not None else None
+        return resolve(name, self._config, found, PROFILES)
+
     def refuses_uuid_only(self, name: str) -> bool:
         """Whether model `name`'s profile (configured, or found for an earlier request) says
         it takes no uuid-only parts: the reference relay sends its clips with data."""

@@ -17,7 +17,8 @@ never a copy of them:
     convert.py   `audio-gateway convert`: the run, the atomic output file
     cli.py       argv -> the commands -> exit status
 
-May import: any room below the app (`naming`, `audio`, `splice`, `request`, `chunking`,
-`bridge`, `references`, `upstream`, `serving` (the `--log-level` option), `config`). Only
+May import: any room below the app (`naming`, `audio`, `splice`, `request`, `models`,
+`chunking`, `bridge`, `references`, `upstream`, `serving` (the `--log-level` option),
+`config`). Only
 `__main__` imports it.
 """

@@ -32,10 +32,12 @@ from ..audio.policy import PathPolicy, ResolvedClip
 from ..audio.sources.objects import ObjectClip
 from ..config import Config
 from ..errors import GatewayError
-from ..naming.content_parts import check_clip_count, part_clips
+from ..models.placement import Placement
+from ..naming.content_parts import PartClip, check_clip_count, part_clips
 from ..naming.formats import SNIFF_BYTES, checked_mime, input_audio_format
 from ..naming.sidechannel import InlineAudio, PathAudio, SidechannelKeys, base64_decoded_size
 from ..normalize.form import TargetForm, WavFormat, format_in_form, wav_format
+from ..request.model_rules import ModelSettings
 from ..request.shapes import RouteShape
 from .jsonl import Line
 from .objects import ObjectChecks, ObjectHead
@@ -97,6 +99,8 @@ class RowChecker:
         self.objects = objects or ObjectChecks(config)
         self.keys = SidechannelKeys(config.sidechannel.key_prefix)
         self.part_roots = config.content_part_roots()
+        # Each row's model's clip limit, where the config or its served name places it.
+        self.models = ModelSettings(Placement(config), config.normalize)
         self._heads: dict[tuple[str, int, int, int, int, int], _Head] = {}
         # [normalize]'s target form: what `check` counts clips against (None: it is off).
         self.form = TargetForm.of(config.normalize) if config.normalize.enabled else None
@@ -200,13 +204,16 @@ class RowChecker:
             found = dataclasses.replace(found, request=request)
         sidechannel = self.keys.read(found.request, audio.max_clips, audio.max_file_bytes)
         shape = route_shape(found, self.config)
-        in_parts = self._part_refs(prepared, found, shape, params)
+        in_parts = self._part_clips(prepared, found, shape, params)
         if sidechannel is None and not in_parts:
             prepared.done = CheckedRow(line, prepared.audio)
             return
-        clips = (*(sidechannel.clips if sidechannel else ()), *in_parts)
+        clips = (*(sidechannel.clips if sidechannel else ()), *(c.ref for c in in_parts))
         side_key = sidechannel.param if sidechannel is not None else None
         check_clip_count([c.param for c in clips], len(in_parts), side_key, audio.max_clips)
+        rules = self.models.placement.rules_offline(found.request.get("model"))
+        items = found.request.get(shape.items)
+        self.models.check_clips(rules, [c.param for c in clips], items, in_parts)
         prepared.input_audio_fix = shape.input_audio_fix if shape.input_audio_parts else None
         for clip in clips:
             if isinstance(clip, PathAudio):
@@ -216,25 +223,23 @@ class RowChecker:
         if sidechannel is not None:
             prepared.later_error = self._splice_error(found, sidechannel.clips)
 
-    def _part_refs(
+    def _part_clips(
         self,
         prepared: _Prepared,
         found: RowRequest,
         shape: RouteShape,
         params: dict[tuple[int, int], str],
-    ) -> list[PathAudio]:
+    ) -> list[PartClip]:
         """The row's content parts naming paths, as the server reads them."""
         if self.part_roots is None or not shape.content_parts:
             return []
         try:
-            refs = [
-                c.ref for c in part_clips(found.request.get("messages"), self.part_roots, params)
-            ]
+            clips = part_clips(found.request.get("messages"), self.part_roots, params)
         except GatewayError:
             prepared.audio = True
             raise
-        prepared.audio = prepared.audio or bool(refs)
-        return refs
+        prepared.audio = prepared.audio or bool(clips)
+        return clips
 
     def _inline_facts(self, clip: InlineAudio, prefix: str) -> ClipFacts:
         size = base64_decoded_size(clip.uri, clip.payload_start)
