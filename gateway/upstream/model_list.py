@@ -22,13 +22,19 @@ async def fetch_model_list(pool: UpstreamPool) -> Any:
     async with asyncio.timeout(MODEL_LIST_TIMEOUT_SECONDS):
         response = await pool.request("GET", f"{pool.path_prefix}/v1/models", [], None)
         try:
-            body = await response.read()
+            if response.status != 200:
+                raise ModelListUnavailable(f"GET /v1/models answered {response.status}")
+            pieces, size = [], 0
+            async for chunk in response.chunks():  # never more than the limit held
+                size += len(chunk)
+                if size > MODEL_LIST_MAX_BYTES:
+                    raise ModelListUnavailable(
+                        f"GET /v1/models answered more than {MODEL_LIST_MAX_BYTES} bytes"
+                    )
+                pieces.append(chunk)
+            body = b"".join(pieces)
         finally:
             response.close()
-    if response.status != 200:
-        raise ModelListUnavailable(f"GET /v1/models answered {response.status}")
-    if len(body) > MODEL_LIST_MAX_BYTES:
-        raise ModelListUnavailable(f"GET /v1/models answered {len(body)} bytes")
     try:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
