@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from blockbuster import BlockBuster, blockbuster_ctx
 from hypothesis import settings
 
+from bench.shared.samples import parse_metrics
 from gateway.app import create_app
 from gateway.audio.samples import write_tone
 from gateway.config import Config
@@ -170,18 +171,6 @@ async def gateway_error(response: ClientResponse, status: int, param: str | None
 def b64_of(path: Path) -> str:
     """The bare base64 of a file's bytes, as an `input_audio.data` must carry it."""
     return base64.b64encode(path.read_bytes()).decode()
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text as {sample: value}; a labelled sample is keyed `name{k="v",...}`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return samples
 
 
 async def gateway_metrics(client: TestClient[web.Request, web.Application]) -> dict[str, float]:
