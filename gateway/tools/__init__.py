@@ -19,6 +19,5 @@ never a copy of them:
 
 May import: any room below the app (`naming`, `audio`, `splice`, `request`, `models`,
 `chunking`, `bridge`, `references`, `upstream`, `serving` (the `--log-level` option),
-`config`). Only
-`__main__` imports it.
+`config`). Only `__main__` imports it.
 """
