@@ -180,6 +180,14 @@ async def gateway_metrics(client: TestClient[web.Request, web.Application]) -> d
     return parse_metrics(await response.text())
 
 
+async def named_metrics(
+    client: TestClient[web.Request, web.Application], names: dict[str, str]
+) -> dict[str, float]:
+    """`names` ({short: labelled sample name}) read from /gateway/metrics, 0 where absent."""
+    samples = await gateway_metrics(client)
+    return {short: samples.get(name, 0.0) for short, name in names.items()}
+
+
 async def cache_stats(client: TestClient[web.Request, web.Application]) -> dict[str, int]:
     """The cache counters of /gateway/metrics: hits, misses, bytes, entries, encoded."""
     samples = await gateway_metrics(client)

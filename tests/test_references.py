@@ -23,7 +23,7 @@ from tests.conftest import (
     b64_of,
     cache_stats,
     chat_body,
-    gateway_metrics,
+    named_metrics,
     sha256_of,
 )
 
@@ -60,7 +60,6 @@ async def chat(client: Client, metadata: dict[str, Any], **extra: Any) -> dict[s
 
 
 async def reference_metrics(client: Client) -> dict[str, float]:
-    samples = await gateway_metrics(client)
     names = {
         "data": 'audio_gateway_audio_parts_total{form="data"}',
         "reference": 'audio_gateway_audio_parts_total{form="reference"}',
@@ -71,7 +70,7 @@ async def reference_metrics(client: Client) -> dict[str, float]:
         "saved": "audio_gateway_reference_bytes_saved_total",
         "clips": "audio_gateway_reference_clips",
     }
-    return {short: samples.get(name, 0.0) for short, name in names.items()}
+    return await named_metrics(client, names)
 
 
 async def stream_events(response: Any) -> list[dict[str, Any]]:

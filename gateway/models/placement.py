@@ -107,9 +107,7 @@ class Placement:
             return resolve("", self._config, None, PROFILES)
         if (configured := self._configured.get(name)) is not None:
             return configured
-        by_name = architecture_of_name(name)
-        found = (by_name, "served name") if by_name is not None else None
-        return resolve(name, self._config, found, PROFILES)
+        return resolve(name, self._config, _by_served_name(name), PROFILES)
 
     def refuses_uuid_only(self, name: str) -> bool:
         """Whether model `name`'s profile (configured, or found for an earlier request) says
@@ -155,9 +153,7 @@ class Placement:
                     return in_dir, f"model directory {root}"
             if (by_root := architecture_of_name(root)) is not None:
                 return by_root, f"upstream root {root}"
-        if (by_name := architecture_of_name(name)) is not None:
-            return by_name, "served name"
-        return None
+        return _by_served_name(name)
 
     async def _upstream_cards(self) -> Any:
         """The upstream's /v1/models answer, asked at most every `CARDS_MIN_AGE_SECONDS`
@@ -178,6 +174,12 @@ class Placement:
             cards = None
         self._cards = (time.monotonic(), cards)
         return cards
+
+
+def _by_served_name(name: str) -> Found | None:
+    """Step 2: the served name itself against the known repo names."""
+    by_name = architecture_of_name(name)
+    return (by_name, "served name") if by_name is not None else None
 
 
 def architecture_in_dir(root: str) -> str | None:

@@ -20,7 +20,7 @@ from openai import AsyncOpenAI
 
 from engine.server import EngineServer
 from gateway.app import create_app
-from tests.conftest import gateway_config, gateway_metrics, parse_metrics
+from tests.conftest import gateway_config, named_metrics, parse_metrics
 
 Client = TestClient[web.Request, web.Application]
 GatewayFactory = Callable[..., Awaitable[Client]]
@@ -155,14 +155,13 @@ async def gateway_sdk(
 
 async def reference_counters(gateway: Client) -> dict[str, float]:
     """The gateway's audio parts by form and its reference retries by reason, now."""
-    samples = await gateway_metrics(gateway)
     names = {
         "data": 'audio_gateway_audio_parts_total{form="data"}',
         "reference": 'audio_gateway_audio_parts_total{form="reference"}',
         "refused": 'audio_gateway_reference_retries_total{reason="refused"}',
         "cache_miss": 'audio_gateway_reference_retries_total{reason="cache_miss"}',
     }
-    return {short: samples.get(name, 0.0) for short, name in names.items()}
+    return await named_metrics(gateway, names)
 
 
 async def health_models(gateway: Client) -> dict[str, Any]:
